@@ -1,0 +1,141 @@
+"""The reference executor: runs the IR op by op with torch on CPU (or any device).
+
+This is the living definition of every op: later stages (the scheduler's tasks, the generated
+kernel) are checked against it. Each op is written out here from its definition; none reuses the
+user's model code. A lane-batched value is a tensor [L, *shape], a replicated one [*shape].
+"""
+from __future__ import annotations
+
+from typing import Callable, Mapping
+
+import torch
+
+from .graph import Graph, Node, Op, ValueType
+
+TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
+                "int64": torch.int64}
+
+
+def full_shape(t: ValueType) -> tuple[int, ...]:
+    return ((t.lanes,) if t.lanes else ()) + t.shape
+
+
+def new_state(graph: Graph, device: str | torch.device = "cpu") -> dict[str, torch.Tensor]:
+    """Zeroed persistent state (KV caches) for every STATE node, keyed by its name attr."""
+    return {n.attrs["name"]: torch.zeros(full_shape(n.type), dtype=TORCH_DTYPES[n.type.dtype], device=device)
+            for n in graph.nodes if n.op is Op.STATE}
+
+
+def _aligned(t: torch.Tensor, ty: ValueType, rank: int) -> torch.Tensor:
+    """View as [L or 1, 1.., *shape] with `rank` per-lane dims, so lane and element axes line up."""
+    lead = ty.lanes if ty.lanes else 1
+    return t.reshape((lead,) + (1,) * (rank - len(ty.shape)) + ty.shape)
+
+
+def _binary(fn):
+    def run(node: Node, args, types):
+        rank = len(node.type.shape)
+        out = fn(*(_aligned(a, t, rank) for a, t in zip(args, types)))
+        return out if node.type.lanes else out.squeeze(0)
+    return run
+
+
+def _rmsnorm(node, args, types):
+    x = args[0].float()
+    y = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + node.attrs["eps"])
+    return y.to(args[0].dtype)
+
+
+def _matvec(node, args, types):
+    w, x = args
+    if types[0].lanes:
+        return torch.einsum("lnk,lk->ln", w, x)
+    return x @ w.T
+
+
+def rope_angles(pos: int, head_dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin of pos * theta^(-2j/hd), j < hd/2, computed in fp32 (the kernel uses the same table)."""
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
+    ang = torch.tensor(float(pos), dtype=torch.float32) * inv_freq
+    return torch.cos(ang), torch.sin(ang)
+
+
+def _rope(node, args, types):
+    x, pos = args
+    hd = node.attrs["head_dim"]
+    cos, sin = rope_angles(int(pos), hd, node.attrs["theta"])
+    pairs = x.float().reshape(x.shape[:-1] + (x.shape[-1] // hd, hd // 2, 2))
+    even, odd = pairs[..., 0], pairs[..., 1]
+    rotated = torch.stack((even * cos - odd * sin, even * sin + odd * cos), dim=-1)
+    return rotated.reshape(x.shape).to(x.dtype)
+
+
+def _kv_write(node, args, types):
+    cache, x, pos = args
+    kv, _, hd = types[0].shape
+    cache.select(-2, int(pos)).copy_(x.reshape(x.shape[:-1] + (kv, hd)))
+    return cache
+
+
+def _attention(node, args, types):
+    q, k, v, pos = args
+    kv, _, hd = types[1].shape
+    p = int(pos) + 1
+    qh = q.float().reshape(q.shape[:-1] + (kv, -1, hd))              # [.., kv, group, hd]
+    keys, vals = k[..., :p, :].float(), v[..., :p, :].float()       # [.., kv, p, hd]
+    scores = qh @ keys.transpose(-1, -2) / hd ** 0.5                # [.., kv, group, p]
+    out = torch.softmax(scores, dim=-1) @ vals                      # [.., kv, group, hd]
+    return out.reshape(q.shape).to(q.dtype)
+
+
+def _argmax(node, args, types):
+    return torch.argmax(args[0])
+
+
+RUNNERS: dict[Op, Callable] = {
+    Op.EMBED: lambda n, a, t: a[0][int(a[1])],
+    Op.BROADCAST_LANES: lambda n, a, t: a[0].unsqueeze(0).expand((n.attrs["lanes"],) + tuple(a[0].shape)),
+    Op.RMSNORM: _rmsnorm,
+    Op.MUL: _binary(torch.mul), Op.ADD: _binary(torch.add), Op.SUB: _binary(torch.sub),
+    Op.SCALE: lambda n, a, t: a[0] * n.attrs["factor"],
+    Op.SILU: lambda n, a, t: torch.nn.functional.silu(a[0]),
+    Op.MATVEC: _matvec,
+    Op.ROPE: _rope,
+    Op.KV_WRITE: _kv_write,
+    Op.ATTENTION: _attention,
+    Op.LANE_SUM: lambda n, a, t: a[0].sum(0),
+    Op.LANE_MEAN: lambda n, a, t: a[0].mean(0),
+    Op.LANE_SUM_OTHERS: lambda n, a, t: a[0].sum(0, keepdim=True) - a[0],
+    Op.ARGMAX: _argmax,
+}
+
+
+class ExecutionError(RuntimeError):
+    pass
+
+
+def execute(graph: Graph, weights: Mapping[str, torch.Tensor], state: dict[str, torch.Tensor],
+            inputs: list, stop_after: str | None = None) -> tuple[list[torch.Tensor], dict[str, torch.Tensor]]:
+    """Run one step. Returns (outputs, every value by name). `state` (KV caches) is updated in place.
+
+    `stop_after` ends the run after that node (for narrowing a mismatch to the first diverging op)."""
+    env: dict[str, torch.Tensor] = {}
+    types = {n.name: n.type for n in graph.nodes}
+    for node in graph.nodes:
+        if node.op is Op.INPUT:
+            env[node.name] = torch.as_tensor(inputs[node.attrs["index"]])
+        elif node.op in (Op.PARAM, Op.STATE):
+            src = weights if node.op is Op.PARAM else state
+            t = src.get(node.attrs["name"])
+            if t is None or tuple(t.shape) != full_shape(node.type):
+                got = "missing" if t is None else f"shape {list(t.shape)}"
+                raise ExecutionError(f"{node.op.value} {node.attrs['name']}: {got}, the IR needs {node.type}")
+            env[node.name] = t
+        elif node.op is Op.OUTPUT:
+            return [env[i] for i in node.inputs], env
+        else:
+            args = [env[i] for i in node.inputs]
+            env[node.name] = RUNNERS[node.op](node, args, [types[i] for i in node.inputs])
+        if stop_after is not None and node.name == stop_after:
+            return [], env
+    raise ExecutionError("graph has no OUTPUT node")
