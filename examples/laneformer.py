@@ -276,7 +276,7 @@ def build(cfg: LaneformerConfig, device: str | torch.device = "cpu", dtype: torc
         model = Laneformer(cfg)
     if seed is not None:
         init_random(model, seed)
-    return model.to(device=device, dtype=dtype)
+    return model.to(device=device, dtype=dtype).requires_grad_(False)
 
 
 def save_checkpoint(model: Laneformer, directory: str) -> None:
@@ -308,7 +308,7 @@ def load_checkpoint(directory: str, device: str = "cpu", dtype: torch.dtype | No
         if tuple(tensors[k].shape) != tuple(v.shape):
             raise ValueError(f"checkpoint {directory}: {k} has shape {list(tensors[k].shape)}, "
                              f"the config needs {list(v.shape)}")
-    model = model.to_empty(device=device)
+    model = model.to_empty(device=device).requires_grad_(False)
     model.load_state_dict({k: v.to(model.state_dict()[k].dtype) for k, v in tensors.items()})
     model.reset_cache()
     return model

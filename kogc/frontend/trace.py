@@ -8,11 +8,13 @@ import traceback
 import torch
 import torch.fx as fx
 
+from ..errors import KogcError
+
 _TORCH_DIR = os.path.dirname(torch.__file__)
 _FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)\n\s*(.*)')
 
 
-class FrontendError(Exception):
+class FrontendError(KogcError):
     """A model kogc cannot compile; the message names the op and the user's source line."""
 
 

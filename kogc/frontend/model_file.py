@@ -1,0 +1,58 @@
+"""Load a model from a user's Python file.
+
+A model file defines `kogc_model(preset=None, checkpoint=None, device="cpu", dtype=None, seed=0)`
+returning the decode-step module (see examples/laneformer.py), and optionally `PRESETS`.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+
+import torch
+
+from ..errors import ModelFileError
+
+
+def load_module(path: str):
+    if not os.path.isfile(path):
+        raise ModelFileError(f"{path}: no such file")
+    name = "kogc_user_model_" + os.path.splitext(os.path.basename(path))[0].replace("-", "_")
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ModelFileError(f"{path}: not a Python file")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as e:
+        raise ModelFileError(f"{path}: importing it failed: {type(e).__name__}: {e}") from None
+    return module
+
+
+def build_model(path: str, preset: str | None = None, checkpoint: str | None = None, device: str = "cpu",
+                dtype: torch.dtype | None = None, seed: int | None = 0, **overrides) -> torch.nn.Module:
+    """The model of `path` from a preset (random weights from `seed`) or a checkpoint directory.
+
+    device="meta" with seed=None builds shapes only (no memory), enough to trace and print the IR."""
+    module = load_module(path)
+    entry = getattr(module, "kogc_model", None)
+    if not callable(entry):
+        raise ModelFileError(f"{path}: no model in it (define kogc_model(preset, checkpoint, device, dtype, seed) "
+                             f"returning the decode-step nn.Module)")
+    presets = getattr(module, "PRESETS", None)
+    if checkpoint is None:
+        if preset is None:
+            raise ModelFileError(f"{path}: give --config PRESET or --checkpoint DIR")
+        if presets is not None and preset not in presets:
+            raise ModelFileError(f"unknown preset {preset!r} for {path}; known: {', '.join(presets)}")
+    elif not os.path.isdir(checkpoint):
+        raise ModelFileError(f"checkpoint {checkpoint}: no such directory")
+    try:
+        model = entry(preset=preset, checkpoint=checkpoint, device=device, dtype=dtype, seed=seed, **overrides)
+    except (KeyError, ValueError, TypeError, FileNotFoundError, OSError) as e:
+        msg = e.args[0] if isinstance(e, KeyError) and e.args else e
+        raise ModelFileError(f"{path}: {msg}") from None
+    if not isinstance(model, torch.nn.Module):
+        raise ModelFileError(f"{path}: kogc_model returned {type(model).__name__}, not an nn.Module")
+    return model

@@ -1,0 +1,28 @@
+"""A target is a plain description of a GPU: numbers the scheduler reads, names codegen reads."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str                    # what users type: --target h200
+    vendor: str                  # "nvidia" | "amd"
+    arch: str                    # sm_90, gfx942
+    triton_backend: str          # GPUTarget backend: "cuda" | "hip"
+    triton_arch: object          # GPUTarget arch: 90 | "gfx942"
+    compute_units: int           # SMs / CUs: a persistent grid puts programs_per_unit programs on each
+    warp_size: int
+    programs_per_unit: int       # resident programs per unit in the persistent grid
+    num_warps: int               # warps per program
+    hbm_bytes: int
+    hbm_read_bw: float           # bytes/s, measured read bandwidth (datasheet if not measured)
+    hbm_bw_datasheet: float
+    l2_bytes: int                # per die / XCD on AMD
+    last_level_cache_bytes: int  # L2 on H200, Infinity Cache on MI300X
+    dies: int = 1                # XCDs on MI300X: block i runs on die i % dies
+    notes: str = ""
+
+    @property
+    def num_programs(self) -> int:
+        return self.compute_units * self.programs_per_unit

@@ -1,0 +1,12 @@
+"""NVIDIA H200 SXM (../shared/design/FACTS.md): 132 SMs, 141 GB HBM3e, ~4.3 TB/s read measured."""
+from .base import Target
+
+H200 = Target(
+    name="h200", vendor="nvidia", arch="sm_90", triton_backend="cuda", triton_arch=90,
+    compute_units=132, warp_size=32,
+    # 2 programs x 4 warps per SM measured best for lane-interleaved queues (FACTS.md, probe 4)
+    programs_per_unit=2, num_warps=4,
+    hbm_bytes=141 * 10**9, hbm_read_bw=4.25e12, hbm_bw_datasheet=4.8e12,
+    l2_bytes=60 * 2**20, last_level_cache_bytes=60 * 2**20,
+    notes="acquire: ld.global.acquire.gpu via atomic_add(0); publish: bar.sync then red.release.gpu",
+)

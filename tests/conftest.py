@@ -1,0 +1,35 @@
+import dataclasses
+import os
+import sys
+
+import pytest
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EXAMPLES = os.path.join(ROOT, "examples")
+if EXAMPLES not in sys.path:
+    sys.path.insert(0, EXAMPLES)
+
+import laneformer as lf  # noqa: E402
+
+MODEL_FILE = os.path.join(EXAMPLES, "laneformer.py")
+
+
+def tiny(seed=0, dtype=None, **overrides):
+    """The tiny Laneformer with fresh random weights from `seed`, preset fields overridden."""
+    cfg = dataclasses.replace(lf.PRESETS["tiny"], **overrides)
+    return lf.build(cfg, seed=seed, dtype=dtype)
+
+
+def rel_err(a, b):
+    a, b = a.double(), b.double()
+    return float((a - b).norm() / b.norm())
+
+
+def pytest_collection_modifyitems(config, items):
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)

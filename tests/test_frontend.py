@@ -1,0 +1,138 @@
+"""The FX frontend's errors, and the CLI's."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+from conftest import MODEL_FILE, lf, tiny
+
+from kogc.cli import main
+from kogc.frontend import FrontendError, to_ir
+
+
+class Unsupported(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(4, 4))
+
+    def forward(self, token, pos):
+        return torch.cos(self.w[0]) * 2.0   # the unsupported op is on this line
+
+
+class DataDependent(torch.nn.Module):
+    def forward(self, token, pos):
+        if token > 3:                        # control flow on a traced value
+            return token
+        return pos
+
+
+def test_unsupported_op_names_op_and_line():
+    with pytest.raises(FrontendError) as e:
+        to_ir(Unsupported())
+    msg = str(e.value)
+    assert "torch.cos" in msg or "getitem" in msg
+    assert "test_frontend.py:" in msg
+
+
+def test_unsupported_op_line_number_is_exact():
+    class Cos(torch.nn.Module):
+        def forward(self, token, pos):
+            return torch.cos(token)
+    with pytest.raises(FrontendError) as e:
+        to_ir(Cos())
+    line = Cos.forward.__code__.co_firstlineno + 1
+    assert "cos" in str(e.value) and f"test_frontend.py:{line}" in str(e.value)
+
+
+def test_data_dependent_control_flow_is_a_clear_error():
+    with pytest.raises(FrontendError, match="control flow") as e:
+        to_ir(DataDependent())
+    line = DataDependent.forward.__code__.co_firstlineno + 1
+    assert f"test_frontend.py:{line}" in str(e.value)
+
+
+def test_meta_model_traces_without_memory():
+    model = lf.kogc_model("tiny", device="meta", seed=None)
+    graph = to_ir(model)
+    assert graph.count()["attention"] == model.config.num_hidden_layers
+
+
+# ---------------------------------------------------------------- CLI
+
+def run_cli(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_cli_prints_ir(capsys):
+    code, out, err = run_cli(capsys, "compile", MODEL_FILE, "--target", "h200", "--config", "tiny", "--emit", "ir")
+    assert code == 0 and "attention(" in out and "lane_sum_others(" in out
+
+
+def test_cli_ir_json(capsys):
+    code, out, err = run_cli(capsys, "compile", MODEL_FILE, "--target", "mi300x", "--config", "tiny",
+                             "--emit", "ir-json")
+    assert code == 0 and json.loads(out)["meta"]["target"] == "mi300x"
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--target", "a100", "--config", "tiny", "--emit", "ir"], "unknown target"),
+    (["--target", "h200", "--config", "huge", "--emit", "ir"], "unknown preset"),
+    (["--target", "h200", "--config", "tiny", "--emit", "source"], "not available yet"),
+    (["--target", "h200", "--config", "tiny", "--lanes", "3", "--emit", "ir"], "divisible"),
+])
+def test_cli_bad_input_exit_2(capsys, argv, needle):
+    code, out, err = run_cli(capsys, "compile", MODEL_FILE, *argv)
+    assert code == 2 and needle in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_cli_file_without_model(capsys, tmp_path):
+    f = tmp_path / "empty.py"
+    f.write_text("x = 1\n")
+    code, out, err = run_cli(capsys, "compile", str(f), "--target", "h200", "--config", "tiny", "--emit", "ir")
+    assert code == 2 and "no model" in err
+
+
+def test_cli_untraceable_model(capsys, tmp_path):
+    f = tmp_path / "branchy.py"
+    f.write_text(textwrap.dedent("""
+        import torch
+        class M(torch.nn.Module):
+            def forward(self, token, pos):
+                if token > 0:
+                    return pos
+                return token
+        def kogc_model(preset=None, checkpoint=None, device="cpu", dtype=None, seed=0):
+            return M()
+    """))
+    code, out, err = run_cli(capsys, "compile", str(f), "--target", "h200", "--config", "x", "--emit", "ir")
+    assert code == 2 and "control flow" in err and "branchy.py:5" in err
+
+
+def test_cli_checkpoint_that_does_not_fit(capsys, tmp_path):
+    model = tiny(num_lanes=2)
+    lf.save_checkpoint(model, str(tmp_path))
+    cfg = json.loads((tmp_path / "config.json").read_text())
+    cfg["intermediate_size"] = 256
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    code, out, err = run_cli(capsys, "compile", MODEL_FILE, "--target", "h200", "--checkpoint", str(tmp_path),
+                             "--emit", "ir")
+    assert code == 2 and "feed_forward" in err and "shape" in err and len(err.strip().splitlines()) == 1
+
+
+def test_cli_checkpoint_that_fits(capsys, tmp_path):
+    lf.save_checkpoint(tiny(num_lanes=4), str(tmp_path))
+    code, out, err = run_cli(capsys, "compile", MODEL_FILE, "--target", "h200", "--checkpoint", str(tmp_path),
+                             "--emit", "ir")
+    assert code == 0 and "num_lanes=4" in out
+
+
+def test_console_script_has_no_traceback():
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    r = subprocess.run([sys.executable, "-m", "kogc.cli", "compile", "nope.py", "--target", "h200", "--emit", "ir"],
+                       capture_output=True, text=True, env=env)
+    assert r.returncode == 2 and "no such file" in r.stderr and "Traceback" not in r.stderr
