@@ -1,3 +1,8 @@
+import os
+import torch as _torch
+if not _torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")   # before triton is imported: see kogc.runtime.kernel
+
 import dataclasses
 import os
 import sys

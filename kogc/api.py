@@ -1,0 +1,31 @@
+"""`kogc.compile(module, target=...)`: trace, schedule, generate, pack, allocate."""
+from __future__ import annotations
+
+import torch
+
+from .frontend import to_ir
+from .runtime.kernel import CompiledKernel, weights_of
+from .scheduler import TileConfig, build_schedule
+from .targets import get_target
+
+# The interpreter runs programs one after another: big tiles keep the task count (and time) down.
+INTERPRETER_TILES = TileConfig(tile_bytes=1 << 20, attn_splits=2, attn_block=16, elem_block=4096)
+
+
+def compile(module: torch.nn.Module, target: str = "h200", device: str | None = None,
+            interpret: bool | None = None, tile_config: TileConfig | None = None,
+            num_programs: int | None = None) -> CompiledKernel:
+    """Compile a decode-step module into one persistent kernel.
+
+    On a machine with a CUDA GPU the kernel runs there (parallel placement, all programs resident).
+    Without one, or with interpret=True, the same generated kernel runs under Triton's interpreter on
+    CPU with a sequential placement (one queue in topological order)."""
+    tgt = get_target(target)
+    if interpret is None:
+        interpret = not (torch.cuda.is_available() and tgt.vendor == "nvidia")
+    device = device or ("cpu" if interpret else "cuda")
+    graph = to_ir(module)
+    placement = "sequential" if interpret else "parallel"
+    cfg = tile_config or (INTERPRETER_TILES if interpret else TileConfig())
+    schedule = build_schedule(graph, tgt, placement, cfg, num_programs=num_programs)
+    return CompiledKernel(graph, schedule, weights_of(module, graph), device, interpret)

@@ -1,0 +1,35 @@
+"""Schedule -> the source of one persistent Triton kernel (jinja2 template)."""
+from __future__ import annotations
+
+import os
+from types import SimpleNamespace
+
+import jinja2
+
+from ..scheduler import Schedule
+from ..scheduler import tasks as T
+from ..scheduler.schedule import HEADER
+
+KERNEL_NAME = "kogc_monokernel"
+_ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(os.path.join(os.path.dirname(__file__), "templates")),
+                          trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
+                          undefined=jinja2.StrictUndefined)
+ARG_NAMES = SimpleNamespace(**{name[2:]: getattr(T, name) for name in dir(T) if name.startswith("A_")})
+
+
+def render(schedule: Schedule, kernel_name: str = KERNEL_NAME) -> str:
+    return _ENV.get_template("monokernel.py.j2").render(
+        model=schedule.graph.meta.get("model", "model"), target=schedule.target.name,
+        num_programs=len(schedule.queues), num_tasks=len(schedule.tasks), variants=schedule.variants,
+        nargs=T.NARGS, header=HEADER, A=ARG_NAMES, kernel_name=kernel_name)
+
+
+def signature(schedule: Schedule) -> tuple[dict[str, str], dict[str, object]]:
+    """Argument types for ahead-of-time compilation (triton.compile), and the constexprs."""
+    dt = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}[schedule.dtype]
+    sig = {"W": f"*{dt}", "WOFF": "*i64", "TABLE": "*i32", "QLEN": "*i32", "ACT": f"*{dt}", "F32": "*fp32",
+           "KV": f"*{dt}", "SMALL": f"*{dt}", "EMB": f"*{dt}", "COS": "*fp32", "SIN": "*fp32", "CNT": "*i32",
+           "ERR": "*i32", "OUT": "*i32", "token": "i32", "pos": "i32", "epoch": "i32", "limit": "i32",
+           "MAXLEN": "constexpr", "ROW": "constexpr"}
+    consts = {"MAXLEN": max(len(q) for q in schedule.queues), "ROW": schedule.row_width}
+    return sig, consts

@@ -1,0 +1,3 @@
+from .kernel import CompiledKernel, KernelHangError
+
+__all__ = ["CompiledKernel", "KernelHangError"]

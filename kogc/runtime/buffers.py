@@ -1,0 +1,94 @@
+"""Device buffers of a compiled kernel: weights packed in schedule order, arenas, tables, counters."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from ..ir.executor import TORCH_DTYPES, rope_angles
+from ..ir.graph import Op
+from ..scheduler import Schedule
+
+
+@dataclass
+class Buffers:
+    W: torch.Tensor       # all programs' weight streams, one after another
+    WOFF: torch.Tensor    # int64 [programs]: where each program's stream starts
+    TABLE: torch.Tensor
+    QLEN: torch.Tensor
+    ACT: torch.Tensor
+    F32: torch.Tensor
+    KV: torch.Tensor
+    SMALL: torch.Tensor
+    EMB: torch.Tensor
+    COS: torch.Tensor
+    SIN: torch.Tensor
+    CNT: torch.Tensor
+    ERR: torch.Tensor
+    OUT: torch.Tensor
+
+    def kernel_args(self) -> list[torch.Tensor]:
+        return [self.W, self.WOFF, self.TABLE, self.QLEN, self.ACT, self.F32, self.KV, self.SMALL, self.EMB,
+                self.COS, self.SIN, self.CNT, self.ERR, self.OUT]
+
+    def nbytes(self) -> dict[str, int]:
+        return {k: v.numel() * v.element_size() for k, v in self.__dict__.items()}
+
+
+def pack_weights(schedule: Schedule, weights: dict[str, torch.Tensor], device) -> tuple[torch.Tensor, torch.Tensor]:
+    """One contiguous stream per program: its tasks' weight tiles in the order it runs them.
+
+    Built on the host and copied once, so the device holds only the packed copy."""
+    dtype = TORCH_DTYPES[schedule.dtype]
+    per_prog = schedule.weight_elems_per_program()
+    offsets = np.concatenate([[0], np.cumsum(per_prog)]).astype(np.int64)
+    stream = torch.empty(int(offsets[-1]) + 16, dtype=dtype, pin_memory=False)
+    host = {}
+    for p, q in enumerate(schedule.queues):
+        at = int(offsets[p])
+        for tid in q:
+            w = schedule.tasks[tid].weight
+            if w is None:
+                continue
+            if w.param not in host:
+                host[w.param] = weights[w.param].detach().to("cpu", dtype)
+            src = host[w.param]
+            tile = (src[w.lane] if w.lane >= 0 else src)[w.row0:w.row0 + w.rows]
+            stream[at:at + w.numel] = tile.reshape(-1)
+            at += w.numel
+    return stream.to(device), torch.tensor(offsets[:-1], dtype=torch.int64, device=device)
+
+
+def allocate(schedule: Schedule, weights: dict[str, torch.Tensor], device) -> Buffers:
+    graph, lay = schedule.graph, schedule.layout
+    dtype = TORCH_DTYPES[schedule.dtype]
+    W, WOFF = pack_weights(schedule, weights, device)
+    table, qlen = schedule.table()
+    small = torch.zeros(max(lay.sizes["small"], 1), dtype=dtype)
+    emb = torch.zeros(1, dtype=dtype)
+    for n in graph.nodes:
+        if n.op is Op.PARAM and n.name in lay.slots and lay.slots[n.name][0] == "small":
+            _, off, per_lane, lanes = lay.slots[n.name]
+            small[off:off + per_lane * max(lanes, 1)] = weights[n.attrs["name"]].detach().reshape(-1).to("cpu", dtype)
+    for op in schedule.ops:
+        if op.kind == "embed":
+            emb = weights[graph.by_name()[op.p["table"]].attrs["name"]].detach()
+    attn = [op for op in schedule.ops if op.kind == "attention"]
+    if attn:
+        hd, S = attn[0].p["head_dim"], attn[0].p["max_pos"]
+        theta = next(n.attrs["theta"] for n in graph.nodes if n.op is Op.ROPE)
+        cos, sin = zip(*(rope_angles(p, hd, theta) for p in range(S)))
+        cos, sin = torch.stack(cos), torch.stack(sin)
+    else:
+        cos = sin = torch.zeros(1)
+
+    def z(n, dt):
+        return torch.zeros(max(n, 1), dtype=dt, device=device)
+
+    return Buffers(
+        W=W, WOFF=WOFF, TABLE=torch.from_numpy(table).to(device), QLEN=torch.from_numpy(qlen).to(device),
+        ACT=z(lay.sizes["act"], dtype), F32=z(lay.sizes["f32"], torch.float32), KV=z(lay.sizes["kv"], dtype),
+        SMALL=small.to(device), EMB=emb.to(device, dtype).contiguous(), COS=cos.contiguous().to(device),
+        SIN=sin.contiguous().to(device), CNT=z(len(schedule.events), torch.int32), ERR=z(8, torch.int32),
+        OUT=z(1, torch.int32))

@@ -1,0 +1,138 @@
+"""A compiled model: the generated kernel, its buffers, and `step(token, pos)`."""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib.util
+import os
+import sys
+import tempfile
+
+import torch
+import triton
+
+from ..codegen.render import KERNEL_NAME, render
+from ..errors import KogcError
+from ..ir.graph import Graph, Op
+from ..scheduler import Schedule
+from .buffers import Buffers, allocate
+
+
+class KernelHangError(RuntimeError):
+    """A wait in the kernel passed its watchdog bound: names the task and the counter."""
+
+
+@contextlib.contextmanager
+def interpreter(on: bool):
+    """Triton reads its interpret switch when a function is decorated and again when an interpreted
+    kernel calls its helpers: hold it for both, and restore it after."""
+    knobs = triton.knobs.runtime
+    before = knobs.interpret
+    knobs.interpret = on
+    try:
+        yield
+    finally:
+        knobs.interpret = before
+
+
+def interpreter_ready() -> bool:
+    """Triton's own helpers (tl.sum, ...) are decorated when triton is imported: the interpreter
+    works only if TRITON_INTERPRET=1 was set before that."""
+    import triton.language as tl
+    return type(tl.sum).__name__ == "InterpretedFunction"
+
+
+def load_kernel(source: str, interpret: bool):
+    """Import generated source as a module; `interpret` decides (at decoration time) whether
+    @triton.jit gives Triton's CPU interpreter or a GPU kernel."""
+    if interpret and not interpreter_ready():
+        raise KogcError("running under Triton's interpreter needs TRITON_INTERPRET=1 in the environment before "
+                        "triton is imported (run as `TRITON_INTERPRET=1 python ...`)")
+    digest = hashlib.sha1(source.encode()).hexdigest()[:12]
+    folder = os.path.join(tempfile.gettempdir(), "kogc-kernels")
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, f"kogc_{digest}.py")
+    if not os.path.exists(path):
+        with open(path + ".tmp", "w") as f:
+            f.write(source)
+        os.replace(path + ".tmp", path)
+    name = f"kogc_gen_{digest}_{'interp' if interpret else 'jit'}"
+    if name in sys.modules:
+        return getattr(sys.modules[name], KERNEL_NAME), path
+    with interpreter(interpret):
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return getattr(module, KERNEL_NAME), path
+
+
+class CompiledKernel:
+    """`step(token, pos)` runs one decode step in ONE launch; returns (logits, next token)."""
+
+    def __init__(self, graph: Graph, schedule: Schedule, weights: dict[str, torch.Tensor], device: str,
+                 interpret: bool, watchdog_spins: int | None = None):
+        self.ir, self.schedule, self.device, self.interpret = graph, schedule, torch.device(device), interpret
+        self.source = render(schedule)
+        self.kernel, self.source_path = load_kernel(self.source, interpret)
+        self.buffers: Buffers = allocate(schedule, weights, self.device)
+        self.epoch = 0
+        # a spin is ~1 us on the GPU (an L2 round trip); under the interpreter nothing should ever spin
+        self.watchdog_spins = watchdog_spins or (2_000 if interpret else 4_000_000)
+        out = graph.output
+        self._logits = out.inputs[0]
+        self.max_pos = next((op.p["max_pos"] for op in schedule.ops if op.kind == "attention"), 1 << 30)
+        self.vocab = graph.by_name()[self._logits].type.shape[0]
+
+    @property
+    def logits_view(self) -> torch.Tensor:
+        _, off, per_lane, _ = self.schedule.layout.slots[self._logits]
+        return self.buffers.ACT[off:off + per_lane]
+
+    def step(self, token: int, pos: int) -> tuple[torch.Tensor, int]:
+        token, pos = int(token), int(pos)
+        if not 0 <= token < self.buffers.EMB.shape[0]:
+            raise KogcError(f"token {token} is outside the vocabulary [0, {self.buffers.EMB.shape[0]})")
+        if not 0 <= pos < self.max_pos:
+            raise KogcError(f"position {pos} is outside the KV cache [0, {self.max_pos})")
+        if self.buffers.ERR[0].item() != 0:
+            raise KernelHangError("an earlier launch stopped on a stuck wait; compile again")
+        self.epoch += 1
+        grid = (len(self.schedule.queues),)
+        sig_consts = dict(MAXLEN=self.buffers.TABLE.shape[1], ROW=self.buffers.TABLE.shape[2])
+        launch = {} if self.interpret else dict(num_warps=self.schedule.target.num_warps,
+                                                 launch_cooperative_grid=True)
+        with interpreter(self.interpret):
+            self.kernel[grid](*self.buffers.kernel_args(), token, pos, self.epoch, self.watchdog_spins,
+                              **sig_consts, **launch)
+        self._raise_if_stuck()
+        return self.logits_view.clone(), int(self.buffers.OUT[0].item())
+
+    def _raise_if_stuck(self) -> None:
+        err = self.buffers.ERR.tolist()
+        if err[0] == 0:
+            return
+        pid, slot, ev, seen, need = err[1:6]
+        tid = self.schedule.queues[pid][slot]
+        t = self.schedule.tasks[tid]
+        raise KernelHangError(
+            f"wait timed out: program {pid}, queue slot {slot}, task {tid} ({t.kind} of {t.op}, lane {t.lane}) "
+            f"waited on event {ev} ({self.schedule.events[ev].name}): counter {seen}, needed {need}")
+
+    def reset(self) -> None:
+        """Forget the KV cache (a new sequence). Counters stay monotonic."""
+        self.buffers.KV.zero_()
+
+    def memory_bytes(self) -> dict[str, int]:
+        return self.buffers.nbytes()
+
+    def __repr__(self):
+        return (f"CompiledKernel({self.ir.meta.get('model')}, target={self.schedule.target.name}, "
+                f"device={self.device}, programs={len(self.schedule.queues)}, tasks={len(self.schedule.tasks)})")
+
+
+def weights_of(module: torch.nn.Module, graph: Graph) -> dict[str, torch.Tensor]:
+    params = dict(module.named_parameters())
+    params.update(dict(module.named_buffers()))
+    names = [n.attrs["name"] for n in graph.nodes if n.op is Op.PARAM]
+    return {k: params[k] for k in names}

@@ -1,0 +1,73 @@
+"""Prove a schedule sound before any code is generated, by simulating it.
+
+1. No deadlock: run every queue honouring its waits on the event counters; if all queues stall
+   before the end, name a stuck task and the wait it cannot get past.
+2. Every read after its write: vector clocks follow what each program may assume complete
+   (its own earlier tasks, and what an acquired event's producers knew when they published). A task
+   whose exact producer (from region overlap) is not known complete when it starts is a race.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .deps import Event
+from .errors import SchedulerError
+from .tasks import Task
+
+
+def check_schedule(tasks: list[Task], events: list[Event], queues: list[list[int]]) -> None:
+    P = len(queues)
+    prog = np.full(len(tasks), -1, dtype=np.int64)
+    slot = np.zeros(len(tasks), dtype=np.int64)
+    for p, q in enumerate(queues):
+        for i, tid in enumerate(q):
+            if prog[tid] >= 0:
+                raise SchedulerError(f"task {tid} ({tasks[tid].op}) is placed twice")
+            prog[tid], slot[tid] = p, i
+    if (prog < 0).any():
+        tid = int(np.argmax(prog < 0))
+        raise SchedulerError(f"task {tid} ({tasks[tid].op}) is on no queue")
+
+    count = [0] * len(events)
+    head = [0] * P
+    vc_prog = np.zeros((P, P), dtype=np.int64)
+    vc_event = np.zeros((len(events), P), dtype=np.int64)
+    parked: dict[int, list[int]] = {}
+    runnable = list(range(P))
+    deps = [np.asarray(t.deps, dtype=np.int64) for t in tasks]
+    while runnable:
+        p = runnable.pop()
+        q = queues[p]
+        while head[p] < len(q):
+            t = tasks[q[head[p]]]
+            blocked = next(((g, n) for g, n in t.waits if count[g] < n), None)
+            if blocked is not None:
+                parked.setdefault(blocked[0], []).append(p)
+                break
+            vc = vc_prog[p].copy()
+            for g, _ in t.waits:
+                np.maximum(vc, vc_event[g], out=vc)
+            d = deps[t.id]
+            if d.size:
+                ok = vc[prog[d]] > slot[d]
+                if not ok.all():
+                    bad = int(d[np.argmin(ok)])
+                    raise SchedulerError(
+                        f"race: task {t.id} ({t.op}, lane {t.lane}) on program {p} reads what task {bad} "
+                        f"({tasks[bad].op}, lane {tasks[bad].lane}) on program {prog[bad]} writes, but no wait "
+                        f"orders them (waits: {[events[g].name for g, _ in t.waits]})")
+            vc[p] = head[p] + 1
+            vc_prog[p] = vc
+            np.maximum(vc_event[t.group], vc, out=vc_event[t.group])
+            count[t.group] += 1
+            head[p] += 1
+            if count[t.group] == events[t.group].need:
+                runnable.extend(parked.pop(t.group, []))
+    stuck = [p for p in range(P) if head[p] < len(queues[p])]
+    if stuck:
+        p = stuck[0]
+        t = tasks[queues[p][head[p]]]
+        g, n = next((g, n) for g, n in t.waits if count[g] < n)
+        raise SchedulerError(f"deadlock: program {p} is stuck at task {t.id} ({t.op}, lane {t.lane}, queue slot "
+                             f"{head[p]}) waiting on event {g} ({events[g].name}) for {n} tasks, only "
+                             f"{count[g]} can ever finish; {len(stuck)} programs stuck")

@@ -1,0 +1,2 @@
+class SchedulerError(Exception):
+    """The IR cannot be scheduled, or a schedule failed its soundness check (names task and wait)."""

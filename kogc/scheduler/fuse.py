@@ -1,0 +1,222 @@
+"""IR -> fused ops: group IR nodes into the units a task computes, and decide what is stored.
+
+A fused op is built around one "heavy" node (a matvec, attention) and absorbs the cheap work
+around it: the RMSNorm or SwiGLU that makes its input (prologue), RoPE, the KV-cache write, the
+residual add and the LM head's partial argmax (epilogue). What a fused op reads from another
+fused op lives in a buffer; everything else stays in registers. Every IR node must be covered by
+exactly one fused op, or `fuse` raises SchedulerError naming the node and its source line.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..ir.graph import Graph, Node, Op
+from .errors import SchedulerError
+
+# prologues: how a matvec forms its input vector
+PLAIN, RMSNORM, SILU_MUL, ATTN_COMBINE = "plain", "rmsnorm", "silu_mul", "attn_combine"
+# epilogues: what it does with its result rows
+STORE, ROPE_STORE, ROPE_CACHE, CACHE, RESIDUAL, STORE_ARGMAX = (
+    "store", "rope_store", "rope_cache", "cache", "residual", "store_argmax")
+# lane selectors of a residual term: this lane's, the other lanes' sum, all lanes' sum
+OWN, OTHERS, ALL = "own", "others", "all"
+
+
+@dataclass
+class Term:
+    value: str        # a lane-batched matvec output
+    select: str       # OWN | OTHERS | ALL
+    coef: float
+
+
+@dataclass
+class FusedOp:
+    kind: str                    # embed | matvec | attention | residual | final_norm | argmax
+    node: str                    # the IR node it is built around
+    lanes: int                   # 0: one instance; L: one per lane
+    p: dict = field(default_factory=dict)
+    source: str = ""
+    layer: int | None = None
+
+
+def _linear_form(n: Node, by: dict[str, Node]) -> list[Term] | None:
+    """The value as a sum of lane-selected matvec outputs, or None if it is not one."""
+    if n.op is Op.MATVEC and n.type.lanes:
+        return [Term(n.name, OWN, 1.0)]
+    if n.op is Op.SCALE:
+        inner = _linear_form(by[n.inputs[0]], by)
+        return None if inner is None else [Term(t.value, t.select, t.coef * n.attrs["factor"]) for t in inner]
+    if n.op is Op.LANE_SUM_OTHERS and by[n.inputs[0]].op is Op.MATVEC:
+        return [Term(n.inputs[0], OTHERS, 1.0)]
+    if n.op is Op.BROADCAST_LANES and by[n.inputs[0]].op is Op.LANE_SUM and by[by[n.inputs[0]].inputs[0]].op is Op.MATVEC:
+        return [Term(by[n.inputs[0]].inputs[0], ALL, 1.0)]
+    if n.op in (Op.ADD, Op.SUB):
+        a, b = (_linear_form(by[i], by) for i in n.inputs)
+        if a is None or b is None:
+            return None
+        sign = -1.0 if n.op is Op.SUB else 1.0
+        return a + [Term(t.value, t.select, sign * t.coef) for t in b]
+    return None
+
+
+def _norm_input(n: Node, by: dict[str, Node]) -> tuple[str, str, float] | None:
+    """x = rmsnorm(h) * g with g a weight: (h, g, eps)."""
+    if n.op is not Op.MUL:
+        return None
+    a, b = (by[i] for i in n.inputs)
+    if a.op is Op.PARAM:
+        a, b = b, a
+    if a.op is Op.RMSNORM and b.op is Op.PARAM:
+        return a.inputs[0], b.name, a.attrs["eps"]
+    return None
+
+
+def fuse(graph: Graph) -> list[FusedOp]:
+    by = graph.by_name()
+    users = graph.users()
+    order = {n.name: i for i, n in enumerate(graph.nodes)}
+    covered: set[str] = set()
+    ops: list[FusedOp] = []
+
+    def take(*names):
+        covered.update(names)
+
+    def add(kind, node, lanes, **p):
+        ops.append(FusedOp(kind, node.name, lanes, p, node.source, node.layer))
+
+    residual_done: set[str] = set()
+    for n in graph.nodes:
+        if n.op in (Op.INPUT, Op.PARAM, Op.STATE, Op.OUTPUT):
+            take(n.name)
+        elif n.op is Op.BROADCAST_LANES and by[n.inputs[0]].op is Op.EMBED:
+            emb = by[n.inputs[0]]
+            take(n.name, emb.name)
+            add("embed", n, n.type.lanes, table=emb.inputs[0], out=n.name)
+        elif n.op is Op.MATVEC:
+            ops.append(_matvec(n, by, users, order, take, residual_done))
+        elif n.op is Op.ATTENTION:
+            q, kw, vw = (by[i] for i in n.inputs[:3])
+            kv, _, hd = kw.type.shape
+            take(n.name)
+            add("attention", n, n.type.lanes, q=q.name, k_cache=kw.inputs[0], v_cache=vw.inputs[0],
+                kv_heads=kv, head_dim=hd, group=n.type.shape[0] // (kv * hd), max_pos=kw.type.shape[1])
+        elif n.op is Op.ADD and n.name not in residual_done:
+            terms = _residual_terms(n, by)
+            if terms is not None:
+                stream, terms = terms
+                take(n.name, *_form_nodes(by[[i for i in n.inputs if i != stream][0]], by))
+                add("residual", n, n.type.lanes, h=stream, out=n.name, terms=terms)
+        elif n.op is Op.LANE_MEAN:
+            src = _norm_input(by[n.inputs[0]], by)
+            if src is not None:
+                h, g, eps = src
+                mul = by[n.inputs[0]]
+                take(n.name, mul.name, *mul.inputs)
+                add("final_norm", n, 0, h=h, g=g, eps=eps, out=n.name)
+        elif n.op is Op.ARGMAX:
+            take(n.name)
+            add("argmax", n, 0, logits=n.inputs[0], out=n.name)
+    missing = [n for n in graph.nodes if n.name not in covered]
+    if missing:
+        n = missing[0]
+        raise SchedulerError(f"no fused task covers IR node {n.name} ({n.op.value}) from {n.source or '?'}")
+    return ops
+
+
+def _form_nodes(n: Node, by) -> list[str]:
+    """The IR nodes making up a linear form (to mark them covered)."""
+    out = [n.name]
+    if n.op in (Op.ADD, Op.SUB, Op.SCALE, Op.LANE_SUM_OTHERS, Op.BROADCAST_LANES, Op.LANE_SUM):
+        for i in n.inputs:
+            if by[i].op is not Op.MATVEC:
+                out += _form_nodes(by[i], by)
+    return out
+
+
+def _residual_terms(n: Node, by) -> tuple[str, list[Term]] | None:
+    """ADD(h, increment) where increment is a linear form of matvec outputs: (h, terms)."""
+    for stream, inc in (n.inputs, tuple(reversed(n.inputs))):
+        if _linear_form(by[stream], by) is None:
+            terms = _linear_form(by[inc], by)
+            if terms is not None:
+                return stream, terms
+    return None
+
+
+def _matvec(n: Node, by, users, order, take, residual_done) -> FusedOp:
+    w, x = by[n.inputs[0]], by[n.inputs[1]]
+    p = {"w": w.name, "n": w.type.shape[0], "k": w.type.shape[1], "out": None}
+    take(n.name)
+    # prologue
+    norm = _norm_input(x, by)
+    if norm is not None and x.type.lanes == n.type.lanes:
+        p.update(prologue=RMSNORM, x=norm[0], g=norm[1], eps=norm[2])
+        take(x.name, *x.inputs)
+    elif x.op is Op.MUL and {by[i].op for i in x.inputs} >= {Op.SILU}:
+        silu = next(by[i] for i in x.inputs if by[i].op is Op.SILU)
+        other = next(i for i in x.inputs if i != silu.name)
+        p.update(prologue=SILU_MUL, x=silu.inputs[0], x2=other)
+        take(x.name, silu.name)
+    elif x.op is Op.ATTENTION:
+        p.update(prologue=ATTN_COMBINE, x=x.name)
+    else:
+        p.update(prologue=PLAIN, x=x.name)
+    # epilogue
+    us = users[n.name]
+    if len(us) == 1 and us[0].op is Op.ROPE:
+        rope = us[0]
+        take(rope.name)
+        p.update(head_dim=rope.attrs["head_dim"])
+        kvw = [u for u in users[rope.name] if u.op is Op.KV_WRITE]
+        if kvw:
+            take(kvw[0].name)
+            p.update(epilogue=ROPE_CACHE, cache=kvw[0].inputs[0], out=None)
+        else:
+            p.update(epilogue=ROPE_STORE, out=rope.name)
+    elif len(us) == 1 and us[0].op is Op.KV_WRITE:
+        take(us[0].name)
+        p.update(epilogue=CACHE, cache=us[0].inputs[0], head_dim=us[0].type.shape[2])
+    elif any(u.op is Op.ARGMAX for u in us):
+        p.update(epilogue=STORE_ARGMAX, out=n.name)
+    else:
+        p.update(epilogue=STORE, out=n.name)
+        fused = _fusable_residual(n, by, users, order)
+        if fused is not None:
+            add_node, stream, terms = fused
+            residual_done.add(add_node.name)
+            take(add_node.name, *_form_nodes(by[[i for i in add_node.inputs if i != stream][0]], by))
+            own = [t for t in terms if t.value == n.name]
+            p.update(epilogue=RESIDUAL, h=stream, res_out=add_node.name, own_coef=own[0].coef,
+                     terms=[t for t in terms if t.value != n.name])
+    return FusedOp("matvec", n.name, n.type.lanes, p, n.source, n.layer)
+
+
+def _fusable_residual(n: Node, by, users, order):
+    """The residual ADD this matvec's epilogue can compute: its own rows enter only as OWN, and
+    every other term is an older matvec's output (already stored when this one runs)."""
+    if not n.type.lanes:
+        return None
+    for a in [u for u in users[n.name] + _walk_users(n, users) if u.op is Op.ADD]:
+        if True:
+            r = _residual_terms(a, by)
+            if r is None:
+                continue
+            stream, terms = r
+            mine = [t for t in terms if t.value == n.name]
+            others = [t for t in terms if t.value != n.name]
+            if len(mine) == 1 and mine[0].select == OWN and len(others) <= 1 and \
+                    all(order[t.value] < order[n.name] for t in others):
+                return a, stream, terms
+    return None
+
+
+def _walk_users(n: Node, users, depth: int = 3):
+    out, frontier = [], [n]
+    for _ in range(depth):
+        frontier = [u for f in frontier for u in users.get(f.name, [])]
+        out += frontier
+    return out
+
+
+def is_pow2(x: int) -> bool:
+    return x > 0 and (x & (x - 1)) == 0

@@ -1,0 +1,134 @@
+"""The scheduler's pipeline and its product: IR -> fused ops -> tasks -> events -> queues, checked."""
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..ir.graph import Graph
+from ..targets import Target
+from .check import check_schedule
+from .deps import Event, derive
+from .fuse import FusedOp, fuse
+from .place import place_parallel, place_sequential
+from .tasks import NARGS, Task
+from .tile import ESIZE, Layout, TileConfig, tile
+
+HEADER = 4          # table row: variant, lane, publish event, number of waits; then args, then waits
+
+
+@dataclass
+class Schedule:
+    graph: Graph
+    target: Target
+    placement: str                  # "parallel" (all programs resident) | "sequential" (interpreter)
+    ops: list[FusedOp]
+    tasks: list[Task]
+    events: list[Event]
+    queues: list[list[int]]
+    layout: Layout
+    tile_config: TileConfig
+    variants: list[tuple] = field(default_factory=list)
+    est_seconds: float = 0.0
+    timings: dict = field(default_factory=dict)
+
+    @property
+    def dtype(self) -> str:
+        return self.graph.nodes[[n.op.value for n in self.graph.nodes].index("matvec")].type.dtype
+
+    @property
+    def max_waits(self) -> int:
+        return max((len(t.waits) for t in self.tasks), default=0)
+
+    @property
+    def row_width(self) -> int:
+        return HEADER + NARGS + 2 * max(self.max_waits, 1)
+
+    def table(self) -> tuple[np.ndarray, np.ndarray]:
+        """The int32 task table [programs, max queue length, row] and each queue's length."""
+        vid = {v: i for i, v in enumerate(self.variants)}
+        P, maxlen, W = len(self.queues), max(len(q) for q in self.queues), self.row_width
+        table = np.zeros((P, maxlen, W), dtype=np.int32)
+        for p, q in enumerate(self.queues):
+            for i, tid in enumerate(q):
+                t = self.tasks[tid]
+                row = [vid[t.variant], t.lane, t.group, len(t.waits)] + t.args
+                for g, need in t.waits:
+                    row += [g, need]
+                table[p, i, :len(row)] = row
+        return table, np.array([len(q) for q in self.queues], dtype=np.int32)
+
+    def weight_elems_per_program(self) -> list[int]:
+        return [sum(self.tasks[t].weight.numel for t in q if self.tasks[t].weight) for q in self.queues]
+
+    def report(self) -> str:
+        es = ESIZE[self.dtype]
+        kinds = Counter(t.kind for t in self.tasks)
+        qlen = [len(q) for q in self.queues]
+        wbytes = [e * es for e in self.weight_elems_per_program()]
+        total = sum(wbytes)
+        lines = [
+            f"target {self.target.name} ({self.target.arch}), placement {self.placement}, "
+            f"{len(self.queues)} programs",
+            f"tasks {len(self.tasks)}: " + ", ".join(f"{k} {v}" for k, v in sorted(kinds.items())),
+            f"code variants {len(self.variants)}, events {len(self.events)}, waits per task <= {self.max_waits}, "
+            f"total waits {sum(len(t.waits) for t in self.tasks)}",
+            f"queue length min/mean/max {min(qlen)}/{sum(qlen) / len(qlen):.1f}/{max(qlen)}",
+            f"weight bytes {total / 1e9:.3f} GB; per program min/mean/max "
+            f"{min(wbytes) / 1e6:.2f}/{total / len(wbytes) / 1e6:.2f}/{max(wbytes) / 1e6:.2f} MB",
+            f"buffers: " + ", ".join(f"{a} {n}" for a, n in self.layout.sizes.items()) + " elements",
+        ]
+        if self.placement == "parallel":
+            floor = total / self.target.hbm_read_bw
+            lines.append(f"cost model: {self.est_seconds * 1e3:.3f} ms per step "
+                         f"({1 / self.est_seconds:.0f} tok/s); weight-read floor {floor * 1e3:.3f} ms "
+                         f"at {self.target.hbm_read_bw / 1e12:.2f} TB/s")
+        lines.append("stage seconds: " + ", ".join(f"{k} {v:.2f}" for k, v in self.timings.items()))
+        return "\n".join(lines)
+
+    def to_json(self) -> str:
+        return json.dumps({
+            "target": self.target.name, "placement": self.placement, "variants": [list(v) for v in self.variants],
+            "events": [{"id": e.id, "name": e.name, "need": e.need} for e in self.events],
+            "queues": self.queues,
+            "tasks": [{"id": t.id, "variant": self.variants.index(t.variant), "op": t.op, "lane": t.lane,
+                       "layer": t.layer, "args": t.args, "publish": t.group, "waits": t.waits,
+                       "weight": None if t.weight is None else [t.weight.param, t.weight.lane, t.weight.row0,
+                                                                 t.weight.rows, t.weight.cols],
+                       "cost_bytes": t.cost_bytes} for t in self.tasks],
+            "layout": {k: list(v) for k, v in self.layout.slots.items()}, "sizes": self.layout.sizes,
+        })
+
+
+def build_schedule(graph: Graph, target: Target, placement: str = "parallel",
+                   tile_config: TileConfig | None = None, num_programs: int | None = None,
+                   check: bool = True) -> Schedule:
+    """Schedule `graph` for `target`. placement="sequential" gives one queue (Triton's interpreter)."""
+    cfg = tile_config or TileConfig()
+    timings = {}
+    t0 = time.perf_counter()
+    ops = fuse(graph)
+    tasks, layout = tile(graph, ops, cfg)
+    timings["tile"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    events = derive(tasks)
+    timings["deps"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    est = 0.0
+    if placement == "sequential":
+        queues = place_sequential(tasks)
+    elif placement == "parallel":
+        P = num_programs or target.num_programs
+        queues, est = place_parallel(tasks, events, P, target.hbm_read_bw / P)
+    else:
+        raise ValueError(f"unknown placement {placement!r} (parallel | sequential)")
+    timings["place"] = time.perf_counter() - t0
+    if check:
+        t0 = time.perf_counter()
+        check_schedule(tasks, events, queues)
+        timings["check"] = time.perf_counter() - t0
+    variants = sorted({t.variant for t in tasks}, key=lambda v: [str(x) for x in v])
+    return Schedule(graph, target, placement, ops, tasks, events, queues, layout, cfg, variants, est, timings)

@@ -1,0 +1,62 @@
+"""Tasks: the units a program of the persistent kernel runs, as plain data.
+
+A task names its variant (the code body: kind plus compile-time sizes), its table arguments (ints),
+the element regions it reads and writes (from which every dependency is derived), the weight tile
+it streams, and its cost in bytes.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+# Arenas: one flat buffer each. act and kv hold the model's dtype, f32 fp32 scratch, small the norm
+# scales, out the sampled token. Weights are not an arena: they are packed per program.
+ARENAS = ("act", "f32", "kv", "small", "out")
+
+NARGS = 14
+(A_X, A_X2, A_OUT, A_ROW0, A_CACHE, A_H, A_RES_OUT, A_TERM, A_TERM_STRIDE, A_TERM_SEL, A_EPS, A_OWN_COEF,
+ A_TERM_COEF, A_SLOT) = range(NARGS)
+SELECT_CODES = {None: 0, "own": 1, "others": 2, "all": 3}
+
+
+@dataclass(frozen=True)
+class Region:
+    arena: str
+    start: int
+    end: int          # exclusive
+
+    def overlaps(self, other: "Region") -> bool:
+        return self.arena == other.arena and self.start < other.end and other.start < self.end
+
+
+@dataclass(frozen=True)
+class WeightTile:
+    param: str        # qualified weight name
+    lane: int         # -1 for a shared weight
+    row0: int
+    rows: int
+    cols: int
+
+    @property
+    def numel(self) -> int:
+        return self.rows * self.cols
+
+
+@dataclass
+class Task:
+    id: int
+    variant: tuple                  # (kind, constexpr, ...): which code body runs it
+    op: str                         # the fused op (IR node name) it belongs to
+    lane: int                       # -1: not lane-specific
+    layer: int | None
+    args: list[int]
+    reads: list[Region]
+    writes: list[Region]
+    weight: WeightTile | None = None
+    cost_bytes: int = 0
+    group: int = -1                 # the event it publishes to
+    waits: list[tuple[int, int]] = field(default_factory=list)   # (event, tasks needed per step)
+    deps: list[int] = field(default_factory=list)                # exact producers (by region overlap)
+
+    @property
+    def kind(self) -> str:
+        return self.variant[0]

@@ -1,0 +1,278 @@
+"""Fused ops -> tasks: lay out buffers, cut each fused op into tiles sized for the target.
+
+A matvec task is a block of whole weight rows (`rows x K`, about `tile_bytes`); attention is one
+task per (lane, KV head, split of the positions), combined in the consumer's prologue; elementwise
+work is one task per lane and block of rows.
+"""
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+
+from ..ir.graph import Graph, Op
+from .errors import SchedulerError
+from .fuse import ALL, ATTN_COMBINE, OTHERS, OWN, RESIDUAL, ROPE_CACHE, ROPE_STORE, STORE_ARGMAX, FusedOp, is_pow2
+from .tasks import (A_CACHE, A_EPS, A_H, A_OUT, A_OWN_COEF, A_RES_OUT, A_ROW0, A_SLOT, A_TERM, A_TERM_COEF,
+                    A_TERM_SEL, A_TERM_STRIDE, A_X, A_X2, NARGS, SELECT_CODES, Region, Task, WeightTile)
+
+ESIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
+
+
+def f32_bits(x: float) -> int:
+    """A float as the int32 its bits spell, for the int table (the kernel bitcasts it back)."""
+    return struct.unpack("<i", struct.pack("<f", float(x)))[0]
+
+
+@dataclass
+class Layout:
+    """Where every stored value lives: name -> (arena, offset of lane 0, per-lane size, lanes)."""
+    slots: dict[str, tuple[str, int, int, int]] = field(default_factory=dict)
+    sizes: dict[str, int] = field(default_factory=lambda: {"act": 0, "f32": 0, "kv": 0, "small": 0, "out": 1})
+
+    def alloc(self, name: str, arena: str, per_lane: int, lanes: int) -> tuple[str, int, int, int]:
+        if name not in self.slots:
+            self.slots[name] = (arena, self.sizes[arena], per_lane, lanes)
+            self.sizes[arena] += per_lane * max(lanes, 1)
+            self.sizes[arena] += (-self.sizes[arena]) % 64       # keep every slot 128-byte aligned
+        return self.slots[name]
+
+    def at(self, name: str, lane: int, row: int = 0) -> int:
+        arena, off, per_lane, lanes = self.slots[name]
+        return off + (lane * per_lane if lanes and lane >= 0 else 0) + row
+
+    def region(self, name: str, lane: int, start: int, end: int) -> Region:
+        return Region(self.slots[name][0], self.at(name, lane, start), self.at(name, lane, end))
+
+
+@dataclass
+class TileConfig:
+    tile_bytes: int = 32 * 1024       # weight bytes per matvec task
+    attn_splits: int = 4              # splits of the positions per (lane, KV head)
+    attn_block: int = 64              # positions per inner step of attention
+    elem_block: int = 2048            # rows per elementwise task
+    cost_context: int = 1024          # context length the cost model assumes for attention
+
+
+def tile(graph: Graph, ops: list[FusedOp], cfg: TileConfig) -> tuple[list[Task], Layout]:
+    by = graph.by_name()
+    dtype = next(n.type.dtype for n in graph.nodes if n.op is Op.MATVEC)
+    es = ESIZE[dtype]
+    lay = Layout()
+    tasks: list[Task] = []
+
+    def new(variant, op, lane, args, reads, writes, weight=None, cost=0):
+        tasks.append(Task(len(tasks), variant, op.node, lane, op.layer, args, reads, writes, weight, cost))
+
+    def val(name):  # allocate a stored activation
+        t = by[name].type
+        return lay.alloc(name, "act", _numel(t.shape), t.lanes)
+
+    for n in graph.nodes:
+        if n.op is Op.STATE:
+            lay.alloc(n.name, "kv", _numel(n.type.shape), n.type.lanes)
+        elif n.op is Op.PARAM and len(n.type.shape) == 1:
+            lay.alloc(n.name, "small", n.type.shape[0], n.type.lanes)
+    lanes_of = lambda op: range(op.lanes) if op.lanes else [-1]  # noqa: E731
+
+    for op in ops:
+        p = op.p
+        if op.kind == "embed":
+            d = by[p["out"]].type.shape[0]
+            _pow2(d, "hidden size", op)
+            val(p["out"])
+            for l in lanes_of(op):
+                args = _args({A_OUT: lay.at(p["out"], l)})
+                new(("embed", d), op, l, args, [], [lay.region(p["out"], l, 0, d)], cost=d * es)
+        elif op.kind == "matvec":
+            _tile_matvec(op, by, lay, val, new, cfg, es, lanes_of)
+        elif op.kind == "attention":
+            _tile_attention(op, by, lay, val, new, cfg, es, lanes_of)
+        elif op.kind == "residual":
+            d = by[p["out"]].type.shape[0]
+            val(p["out"])
+            blk = min(d, cfg.elem_block)
+            _pow2(blk, "residual block", op)
+            (term,) = p["terms"] if len(p["terms"]) == 1 else _too_many(op)
+            L = op.lanes
+            for l in lanes_of(op):
+                for r0 in range(0, d, blk):
+                    args = _args({A_H: lay.at(p["h"], l, r0), A_OUT: lay.at(p["out"], l, r0)})
+                    reads = [lay.region(p["h"], l, r0, r0 + blk)] + _term_reads(term, l, L, lay, r0, blk)
+                    args = _term_args(args, term, l, lay, r0)
+                    new(("residual", blk, L), op, l, args, reads, [lay.region(p["out"], l, r0, r0 + blk)],
+                        cost=blk * es * (L + 2))
+        elif op.kind == "final_norm":
+            h, g = by[p["h"]], by[p["g"]]
+            d, L = h.type.shape[0], h.type.lanes
+            _pow2(d, "hidden size", op)
+            val(p["out"])
+            args = _args({A_H: lay.at(p["h"], 0), A_TERM_STRIDE: d, A_X2: lay.at(p["g"], 0),
+                          A_ROW0: d if g.type.lanes else 0, A_OUT: lay.at(p["out"], -1), A_EPS: f32_bits(p["eps"])})
+            reads = [lay.region(p["h"], l, 0, d) for l in range(L)]
+            new(("final_norm", d, L), op, -1, args, reads, [lay.region(p["out"], -1, 0, d)], cost=d * es * (L + 1))
+        elif op.kind == "argmax":
+            part = lay.slots[f"{p['logits']}.argmax"]
+            nparts = part[2] // 2
+            blk = min(1024, _next_pow2(nparts))
+            args = _args({A_X: part[1], A_ROW0: nparts})
+            new(("argmax", blk), op, -1, args, [Region("f32", part[1], part[1] + 2 * nparts)],
+                [Region("out", 0, 1)], cost=nparts * 8)
+        else:
+            raise SchedulerError(f"no tiling for fused op {op.kind}")
+    return tasks, lay
+
+
+def _tile_matvec(op, by, lay, val, new, cfg, es, lanes_of):
+    p = op.p
+    N, K = p["n"], p["k"]
+    _pow2(K, "matvec input size", op)
+    rows = _rows(N, K, es, cfg.tile_bytes, p)
+    epi, pro = p["epilogue"], p["prologue"]
+    if p["out"]:
+        val(p["out"])
+    if epi == RESIDUAL:
+        val(p["res_out"])
+    if epi == STORE_ARGMAX:
+        lay.alloc(f"{op.node}.argmax", "f32", 2 * (N // rows), 0)
+    L = max(op.lanes, 1)
+    hd = p.get("head_dim", 0)
+    combine = by[p["x"]] if pro == ATTN_COMBINE else None
+    if combine is not None:
+        hd = by[combine.inputs[1]].type.shape[2]
+        nq = combine.type.shape[0] // hd
+        variant_extra = (cfg.attn_splits, nq)
+    else:
+        variant_extra = (0, 0)
+    terms = p.get("terms", [])
+    if len(terms) > 1:
+        _too_many(op)
+    term = terms[0] if terms else None
+    variant = ("matvec", rows, K, pro, epi, hd) + variant_extra + (op.lanes,)
+    wname = by[p["w"]].attrs["name"]
+    for l in lanes_of(op):
+        x_reads, x_args = _prologue(op, by, lay, l, K, cfg)
+        for r0 in range(0, N, rows):
+            a = _args(x_args)
+            a[A_ROW0] = r0
+            reads, writes = list(x_reads), []
+            if p["out"]:
+                a[A_OUT] = lay.at(p["out"], l, r0)
+                writes.append(lay.region(p["out"], l, r0, r0 + rows))
+            if epi in (ROPE_CACHE, "cache"):
+                cache = by[p["cache"]]
+                kvh, S, chd = cache.type.shape
+                a[A_CACHE] = lay.at(p["cache"], l) + (r0 // chd) * S * chd + r0 % chd
+                head = lay.at(p["cache"], l) + (r0 // chd) * S * chd
+                writes.append(Region("kv", head, head + S * chd))
+            if epi == RESIDUAL:
+                a[A_H], a[A_RES_OUT] = lay.at(p["h"], l, r0), lay.at(p["res_out"], l, r0)
+                a[A_OWN_COEF] = f32_bits(p["own_coef"])
+                reads.append(lay.region(p["h"], l, r0, r0 + rows))
+                writes.append(lay.region(p["res_out"], l, r0, r0 + rows))
+                if term is not None:
+                    reads += _term_reads(term, l, L, lay, r0, rows)
+                    a = _term_args(a, term, l, lay, r0)
+            if epi == STORE_ARGMAX:
+                base, nparts, t = lay.slots[f"{op.node}.argmax"][1], N // rows, r0 // rows
+                a[A_SLOT], a[A_TERM_STRIDE] = base + t, nparts
+                writes += [Region("f32", base + t, base + t + 1), Region("f32", base + nparts + t, base + nparts + t + 1)]
+            w = WeightTile(wname, l if by[p["w"]].type.lanes else -1, r0, rows, K)
+            new(variant, op, l, a, reads, writes, w, cost=rows * K * es + K * es)
+
+
+def _prologue(op, by, lay, l, K, cfg):
+    p = op.p
+    pro = p["prologue"]
+    if pro == "rmsnorm":
+        return [lay.region(p["x"], l, 0, K)], {A_X: lay.at(p["x"], l), A_X2: lay.at(p["g"], l),
+                                                A_EPS: f32_bits(p["eps"])}
+    if pro == "silu_mul":
+        return [lay.region(p["x"], l, 0, K), lay.region(p["x2"], l, 0, K)], {A_X: lay.at(p["x"], l),
+                                                                             A_X2: lay.at(p["x2"], l)}
+    if pro == ATTN_COMBINE:
+        arena, off, per_lane, lanes = lay.slots[f"{p['x']}.partials"]
+        base = off + l * per_lane
+        return [Region("f32", base, base + per_lane)], {A_X: base}
+    return [lay.region(p["x"], l, 0, K)], {A_X: lay.at(p["x"], l)}
+
+
+def _tile_attention(op, by, lay, val, new, cfg, es, lanes_of):
+    p = op.p
+    kv, g, hd, S = p["kv_heads"], p["group"], p["head_dim"], p["max_pos"]
+    nq = kv * g
+    K = nq * hd
+    for what, x in (("query heads per KV head", g), ("head_dim", hd), ("query heads per lane", nq),
+                    ("attention splits", cfg.attn_splits)):
+        _pow2(x, what, op)
+    ns = cfg.attn_splits
+    per_lane = ns * K + 2 * ns * nq
+    lay.alloc(f"{op.node}.partials", "f32", per_lane, op.lanes)
+    ctx = min(cfg.cost_context, S)
+    for l in lanes_of(op):
+        pbase = lay.slots[f"{op.node}.partials"][1] + max(l, 0) * per_lane
+        for kh in range(kv):
+            kbase = lay.at(p["k_cache"], l) + kh * S * hd
+            vbase = lay.at(p["v_cache"], l) + kh * S * hd
+            for j in range(ns):
+                a = _args({A_X: lay.at(p["q"], l, kh * g * hd), A_X2: kbase, A_CACHE: vbase, A_OUT: pbase,
+                           A_ROW0: j, A_SLOT: kh})
+                reads = [lay.region(p["q"], l, kh * g * hd, (kh + 1) * g * hd),
+                         Region("kv", kbase, kbase + S * hd), Region("kv", vbase, vbase + S * hd)]
+                acc0 = pbase + j * K + kh * g * hd
+                m0 = pbase + ns * K + j * nq + kh * g
+                writes = [Region("f32", acc0, acc0 + g * hd), Region("f32", m0, m0 + g),
+                          Region("f32", m0 + ns * nq, m0 + ns * nq + g)]
+                new(("attention", g, hd, ns, nq, cfg.attn_block), op, l, a, reads, writes,
+                    cost=2 * (ctx // ns) * hd * es)
+
+
+def _term_reads(term, l, L, lay, r0, rows):
+    lanes = {OWN: [l], OTHERS: [j for j in range(L) if j != l], ALL: list(range(L))}[term.select]
+    return [lay.region(term.value, j, r0, r0 + rows) for j in lanes]
+
+
+def _term_args(a, term, l, lay, r0):
+    a = list(a)
+    a[A_TERM] = lay.at(term.value, l if term.select == OWN else 0, r0)
+    a[A_TERM_STRIDE] = lay.slots[term.value][2]
+    a[A_TERM_SEL] = SELECT_CODES[term.select]
+    a[A_TERM_COEF] = f32_bits(term.coef)
+    return a
+
+
+def _args(d: dict) -> list[int]:
+    a = [0] * NARGS
+    for k, v in d.items():
+        a[k] = int(v)
+    return a
+
+
+def _rows(N, K, es, tile_bytes, p) -> int:
+    rows = 1
+    while rows * 2 * K * es <= tile_bytes and N % (rows * 2) == 0:
+        rows *= 2
+    if p["epilogue"] in (ROPE_STORE, ROPE_CACHE, "cache"):
+        rows = max(2 if p["epilogue"] != "cache" else 1, min(rows, p["head_dim"]))
+        if N % rows or p["head_dim"] % rows:
+            raise SchedulerError(f"cannot tile {N} rows with head_dim {p['head_dim']}")
+    return rows
+
+
+def _numel(shape) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n
+
+
+def _next_pow2(x: int) -> int:
+    return 1 << max(0, (x - 1).bit_length())
+
+
+def _pow2(x: int, what: str, op: FusedOp):
+    if not is_pow2(x):
+        raise SchedulerError(f"{what} {x} at {op.node} ({op.source}) is not a power of two: not supported yet")
+
+
+def _too_many(op: FusedOp):
+    raise SchedulerError(f"residual at {op.node} ({op.source}) has more than one extra term: not supported yet")
