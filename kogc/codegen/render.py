@@ -21,7 +21,27 @@ def render(schedule: Schedule, kernel_name: str = KERNEL_NAME) -> str:
     return _ENV.get_template("monokernel.py.j2").render(
         model=schedule.graph.meta.get("model", "model"), target=schedule.target.name,
         num_programs=len(schedule.queues), num_tasks=len(schedule.tasks), variants=schedule.variants,
-        nargs=T.NARGS, header=HEADER, A=ARG_NAMES, kernel_name=kernel_name)
+        nargs=T.NARGS, header=HEADER, A=ARG_NAMES, kernel_name=kernel_name,
+        walign=weight_alignment(schedule), aalign=activation_alignment(schedule))
+
+
+def _pow2_divisor(values, cap: int = 16) -> int:
+    """The largest power of two <= cap dividing every value."""
+    a = cap
+    for v in values:
+        while a > 1 and v % a:
+            a //= 2
+    return a
+
+
+def weight_alignment(schedule: Schedule) -> int:
+    return _pow2_divisor(t.weight.numel for t in schedule.tasks if t.weight)
+
+
+def activation_alignment(schedule: Schedule) -> int:
+    """The common power of two of every vector offset in matvec tasks' arguments."""
+    return _pow2_divisor(v for t in schedule.tasks if t.kind == "matvec"
+                         for v in (t.args[T.A_X], t.args[T.A_X2], t.args[T.A_OUT], t.args[T.A_H]))
 
 
 def signature(schedule: Schedule) -> tuple[dict[str, str], dict[str, object]]:

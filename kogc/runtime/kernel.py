@@ -89,22 +89,29 @@ class CompiledKernel:
         _, off, per_lane, _ = self.schedule.layout.slots[self._logits]
         return self.buffers.ACT[off:off + per_lane]
 
-    def step(self, token: int, pos: int) -> tuple[torch.Tensor, int]:
-        token, pos = int(token), int(pos)
+    def check_inputs(self, token: int, pos: int) -> None:
         if not 0 <= token < self.buffers.EMB.shape[0]:
             raise KogcError(f"token {token} is outside the vocabulary [0, {self.buffers.EMB.shape[0]})")
         if not 0 <= pos < self.max_pos:
             raise KogcError(f"position {pos} is outside the KV cache [0, {self.max_pos})")
-        if self.buffers.ERR[0].item() != 0:
-            raise KernelHangError("an earlier launch stopped on a stuck wait; compile again")
+
+    def launch(self, token: int, pos: int) -> None:
+        """Enqueue one decode step (no host synchronisation, no checks: see `step`)."""
         self.epoch += 1
-        grid = (len(self.schedule.queues),)
-        sig_consts = dict(MAXLEN=self.buffers.TABLE.shape[1], ROW=self.buffers.TABLE.shape[2])
         launch = {} if self.interpret else dict(num_warps=self.schedule.target.num_warps,
                                                  launch_cooperative_grid=True)
         with interpreter(self.interpret):
-            self.kernel[grid](*self.buffers.kernel_args(), token, pos, self.epoch, self.watchdog_spins,
-                              **sig_consts, **launch)
+            self.kernel[(len(self.schedule.queues),)](
+                *self.buffers.kernel_args(), int(token), int(pos), self.epoch, self.watchdog_spins,
+                MAXLEN=self.buffers.TABLE.shape[1], ROW=self.buffers.TABLE.shape[2], **launch)
+
+    def step(self, token: int, pos: int) -> tuple[torch.Tensor, int]:
+        """One decode step in ONE launch: (logits [V] in the model's dtype, argmax token)."""
+        token, pos = int(token), int(pos)
+        self.check_inputs(token, pos)
+        if self.buffers.ERR[0].item() != 0:
+            raise KernelHangError("an earlier launch stopped on a stuck wait; compile again")
+        self.launch(token, pos)
         self._raise_if_stuck()
         return self.logits_view.clone(), int(self.buffers.OUT[0].item())
 

@@ -1,0 +1,108 @@
+"""On a GPU: compile laneformer-2b (random fp16 weights), check it against eager fp16 step by step,
+time it, and record memory. Prints a summary line and writes JSON to $OUT (or ./out) if set.
+
+    python scripts/gpu_check.py [--preset laneformer-2b] [--steps 256] [--lanes L] [--timing-steps 200]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "examples"))
+sys.path.insert(0, ROOT)
+import laneformer as lf  # noqa: E402
+
+import kogc  # noqa: E402
+
+
+def main(argv=None) -> dict:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--preset", default="laneformer-2b")
+    ap.add_argument("--steps", type=int, default=256)
+    ap.add_argument("--timing-steps", type=int, default=200)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--lanes", type=int)
+    args = ap.parse_args(argv)
+    res = {"preset": args.preset, "date": time.strftime("%Y-%m-%d %H:%M"), "device": torch.cuda.get_device_name()}
+    over = {"num_lanes": args.lanes} if args.lanes else {}
+    t0 = time.perf_counter()
+    model = lf.kogc_model(args.preset, seed=args.seed, **over)          # CPU, fp16 for the 2b preset
+    res["build_model_s"] = time.perf_counter() - t0
+    torch.cuda.synchronize()
+    mem0 = torch.cuda.memory_allocated()
+    t0 = time.perf_counter()
+    ck = kogc.compile(model, target="h200")
+    res["compile_s"] = time.perf_counter() - t0
+    res["schedule_report"] = ck.schedule.report()
+    print(res["schedule_report"], flush=True)
+    torch.cuda.synchronize()
+    used = torch.cuda.memory_allocated() - mem0
+    parts = ck.memory_bytes()
+    needed = parts["W"] + parts["EMB"] + parts["KV"] + parts["ACT"] + parts["F32"] + parts["SMALL"]
+    res["gpu_bytes_used"], res["gpu_bytes_needed"] = used, needed
+    res["memory_ratio"] = used / needed
+    # first launch compiles the kernel
+    t0 = time.perf_counter()
+    ck.step(1, 0)
+    res["first_launch_s"] = time.perf_counter() - t0
+    ck.reset()
+
+    eager = model.to("cuda")
+    eager.reset_cache()
+    errs, agree, tok = [], 0, 1
+    with torch.no_grad():
+        for pos in range(args.steps):
+            ref_logits, ref_tok = eager(torch.tensor(tok, device="cuda"), torch.tensor(pos, device="cuda"))
+            logits, got = ck.step(tok, pos)
+            ref = ref_logits.float()
+            errs.append(float((logits.float() - ref).norm() / ref.norm()))
+            agree += int(got == int(ref_tok))
+            tok = int(ref_tok)
+    res["steps"] = args.steps
+    res["max_rel_err"] = max(errs)
+    res["mean_rel_err"] = sum(errs) / len(errs)
+    res["argmax_agreement"] = agree / args.steps
+    del eager, model
+    torch.cuda.empty_cache()
+
+    # timing: back-to-back launches (one launch per token), device events
+    n = args.timing_steps
+    for i in range(10):
+        ck.launch(1, i)
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = []
+    for rep in range(3):
+        start.record()
+        for i in range(n):
+            ck.launch(1 + i, 10 + i)
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end) / n)
+    ck._raise_if_stuck()
+    ms = sorted(times)[1]
+    res["ms_per_token"] = ms
+    res["tok_per_s"] = 1e3 / ms
+    res["ms_per_token_reps"] = times
+    wbytes = parts["W"]
+    res["weight_TBps"] = wbytes / (ms * 1e-3) / 1e12
+    line = (f"RESULT {args.preset}: max rel err {res['max_rel_err']:.2e}, argmax agreement "
+            f"{res['argmax_agreement']:.3f} over {args.steps} steps, {res['tok_per_s']:.1f} tok/s "
+            f"({ms:.3f} ms/token, weights at {res['weight_TBps']:.2f} TB/s), memory used/needed "
+            f"{res['memory_ratio']:.3f}, compile {res['compile_s']:.1f}s + first launch {res['first_launch_s']:.1f}s")
+    print(line, flush=True)
+    out = os.environ.get("OUT")
+    if out:
+        with open(os.path.join(out, f"gpu_check_{args.preset}.json"), "w") as f:
+            json.dump(res, f, indent=1)
+    return res
+
+
+if __name__ == "__main__":
+    main()
