@@ -104,7 +104,7 @@ PRESETS = {
 
 def rope_interleaved(x: torch.Tensor, pos: torch.Tensor, head_dim: int, theta: float) -> torch.Tensor:
     """x [L, n*hd]: rotate pairs (x[2j], x[2j+1]) of every head by pos * theta^(-2j/hd)."""
-    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32, device=x.device) / head_dim))
     ang = pos.to(torch.float32) * inv_freq
     cos, sin = torch.cos(ang), torch.sin(ang)
     xp = x.float().unflatten(-1, (-1, head_dim // 2, 2))
@@ -124,7 +124,7 @@ def gqa_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
     L, kv, S, hd = k_cache.shape
     qh = q.float().unflatten(-1, (kv, -1, hd))                   # [L, kv, group, hd]
     scores = torch.einsum("lkgd,lksd->lkgs", qh, k_cache.float()) * hd ** -0.5
-    valid = torch.arange(S) <= pos
+    valid = torch.arange(S, device=q.device) <= pos
     scores = scores.masked_fill(~valid, float("-inf"))
     probs = torch.softmax(scores, dim=-1)
     out = torch.einsum("lkgs,lksd->lkgd", probs, v_cache.float())
