@@ -32,6 +32,10 @@ def _fail(msg: str) -> int:
     return 2
 
 
+def _progress(step: int, total: int, what: str, t0: float) -> None:
+    print(f"[{step}/{total}] {what} ({time.perf_counter() - t0:.1f}s)", file=sys.stderr, flush=True)
+
+
 def cmd_compile(args) -> int:
     from .frontend import to_ir
     from .frontend.model_file import build_model
@@ -44,19 +48,81 @@ def cmd_compile(args) -> int:
         return _fail(e.args[0])
     if not args.emit and not args.out:
         return _fail("nothing to do: give --emit STAGE or --out DIR")
-    if args.emit in ("tasks", "schedule", "source") or args.out:
-        return _fail(f"{'--emit ' + args.emit if args.emit else '--out'} is not available yet: the scheduler and "
-                     f"code generation are not built (only --emit ir and --emit ir-json work)")
     t0 = time.perf_counter()
+    total = 2 if args.emit in ("ir", "ir-json") else (5 if args.out else 3)
     overrides = {"num_lanes": args.lanes} if args.lanes else {}
-    # Shapes are all the IR needs: build on the meta device unless real weights come from a checkpoint.
+    # Shapes are all compilation needs: build on the meta device unless a checkpoint is given.
     model = build_model(args.model_file, preset=args.config, checkpoint=args.checkpoint,
                         device="cpu" if args.checkpoint else "meta", seed=None, **overrides)
     graph = to_ir(model)
     graph.meta["target"] = target.name
-    print(to_json(graph) if args.emit == "ir-json" else to_text(graph, sources=True))
-    print(f"# traced and lowered in {time.perf_counter() - t0:.1f}s", file=sys.stderr)
+    _progress(1, total, f"traced {args.model_file}", t0)
+    if args.emit in ("ir", "ir-json"):
+        _progress(2, total, f"lowered to IR: {len(graph.nodes)} nodes", t0)
+        print(to_json(graph) if args.emit == "ir-json" else to_text(graph, sources=True))
+        return 0
+    from .codegen.render import render
+    from .scheduler import SchedulerError, build_schedule
+    _progress(2, total, f"IR has {len(graph.nodes)} nodes; scheduling for {target.name}", t0)
+    try:
+        schedule = build_schedule(graph, target)
+    except SchedulerError as e:
+        return _fail(str(e))
+    _progress(3, total, f"{len(schedule.tasks)} tasks on {len(schedule.queues)} programs; generating code", t0)
+    source = render(schedule)
+    if args.emit == "tasks":
+        print(format_tasks(schedule))
+    elif args.emit == "schedule":
+        print(schedule.report())
+        print(format_queues(schedule))
+    elif args.emit == "source":
+        print(source, end="")
+    if args.out:
+        write_outputs(args.out, graph, schedule, source, target, t0, total)
     return 0
+
+
+def format_tasks(schedule) -> str:
+    lines = ["# id variant op lane layer | waits (event:need) -> publishes | weight tile"]
+    for t in schedule.tasks:
+        w = f"{t.weight.param}[{'lane ' + str(t.weight.lane) + ', ' if t.weight.lane >= 0 else ''}rows " \
+            f"{t.weight.row0}:{t.weight.row0 + t.weight.rows}]" if t.weight else "-"
+        waits = " ".join(f"{g}:{n}" for g, n in t.waits) or "-"
+        lines.append(f"{t.id} {'/'.join(map(str, t.variant))} {t.op} {t.lane} {t.layer} | {waits} -> {t.group} | {w}")
+    return "\n".join(lines)
+
+
+def format_queues(schedule) -> str:
+    per = schedule.weight_elems_per_program()
+    lines = ["# program: tasks, weight elements, first..last task"]
+    for p, q in enumerate(schedule.queues):
+        lines.append(f"{p}: {len(q)} tasks, {per[p]} weights, {q[0] if q else '-'}..{q[-1] if q else '-'}")
+    return "\n".join(lines)
+
+
+def write_outputs(out: str, graph, schedule, source: str, target, t0: float, total: int) -> None:
+    from .codegen.aot import compile_kernel
+    from .codegen.render import KERNEL_NAME, signature
+    from .ir import to_text
+    os.makedirs(out, exist_ok=True)
+    files = {"ir.txt": to_text(graph, sources=True), "schedule.json": schedule.to_json(),
+             "report.txt": schedule.report() + "\n", "kernel.py": source}
+    for name, text in files.items():
+        with open(os.path.join(out, name), "w") as f:
+            f.write(text)
+    _progress(4, total, f"wrote {', '.join(files)}; compiling for {target.arch} with triton.compile", t0)
+    sig, consts = signature(schedule)
+    try:
+        arts = compile_kernel(os.path.join(out, "kernel.py"), KERNEL_NAME, sig, consts, target.name,
+                              os.path.join(out, target.arch), num_warps=target.num_warps)
+    except (RuntimeError, ValueError) as e:
+        raise KogcError(f"ahead-of-time compilation failed: {e}") from None
+    from .codegen.aot import disassembly_summary
+    summary = disassembly_summary(arts)
+    with open(os.path.join(out, "report.txt"), "a") as f:
+        f.write("machine code: " + ", ".join(f"{k} {v}" for k, v in summary.items()) + "\n")
+    binary = arts.get("cubin") or arts.get("hsaco")
+    _progress(5, total, f"done: {binary}", t0)
 
 
 def main(argv: list[str] | None = None) -> int:

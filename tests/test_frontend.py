@@ -82,7 +82,6 @@ def test_cli_ir_json(capsys):
 @pytest.mark.parametrize("argv,needle", [
     (["--target", "a100", "--config", "tiny", "--emit", "ir"], "unknown target"),
     (["--target", "h200", "--config", "huge", "--emit", "ir"], "unknown preset"),
-    (["--target", "h200", "--config", "tiny", "--emit", "source"], "not available yet"),
     (["--target", "h200", "--config", "tiny", "--lanes", "3", "--emit", "ir"], "divisible"),
 ])
 def test_cli_bad_input_exit_2(capsys, argv, needle):

@@ -1,0 +1,246 @@
+"""Scheduler soundness: real schedules pass check_schedule, broken ones are caught, random graphs never fail.
+
+The checker (kogc.scheduler.check) is the scheduler's proof obligation: no deadlock, and every exact
+producer of a task's reads happens-before it. These tests exercise it from both sides: schedules the
+pipeline builds must pass it, and schedules we break on purpose (a dropped wait, a cyclic wait, a task
+on no queue or on two) must fail it with a message naming the task and the wait.
+"""
+import copy
+import re
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import laneformer as lf
+from kogc.frontend import to_ir
+from kogc.scheduler import SchedulerError, TileConfig, build_schedule
+from kogc.scheduler.check import check_schedule
+from kogc.scheduler.deps import derive
+from kogc.scheduler.place import place_parallel, place_sequential
+from kogc.scheduler.tasks import Region, Task
+from kogc.targets import H200
+
+CFG = TileConfig(tile_bytes=4096)
+
+
+@pytest.fixture(scope="module")
+def graphs():
+    cache = {}
+
+    def get(lanes):
+        if lanes not in cache:
+            cache[lanes] = to_ir(lf.kogc_model("tiny", device="meta", seed=None, num_lanes=lanes))
+        return cache[lanes]
+    return get
+
+
+def assert_queues_partition(tasks, queues):
+    """Every task on exactly one queue, each queue in increasing task-id (topological) order."""
+    placed = sorted(tid for q in queues for tid in q)
+    assert placed == [t.id for t in tasks]
+    for q in queues:
+        assert all(a < b for a, b in zip(q, q[1:])), q
+
+
+# ---------------------------------------------------------------------------------------------------
+# 1. Real schedules are sound
+
+
+@pytest.mark.parametrize("lanes", [1, 2, 4])
+@pytest.mark.parametrize("num_programs", [1, 3, 8, 264])
+def test_real_parallel_schedule_passes_check(graphs, lanes, num_programs):
+    s = build_schedule(graphs(lanes), H200, "parallel", CFG, num_programs=num_programs)
+    assert "check" in s.timings                 # build_schedule ran the check
+    assert len(s.queues) == num_programs
+    assert [t.id for t in s.tasks] == list(range(len(s.tasks)))
+    assert_queues_partition(s.tasks, s.queues)
+    check_schedule(s.tasks, s.events, s.queues)
+    assert s.est_seconds > 0
+    # Every event's producers publish to it, and every wait needs the whole event.
+    for e in s.events:
+        assert all(s.tasks[tid].group == e.id for tid in e.tasks)
+    for t in s.tasks:
+        for g, need in t.waits:
+            assert need == s.events[g].need
+            assert g != t.group
+
+
+@pytest.mark.parametrize("lanes", [1, 2, 4])
+def test_real_sequential_schedule_passes_check(graphs, lanes):
+    s = build_schedule(graphs(lanes), H200, "sequential", CFG)
+    assert s.queues == [[t.id for t in s.tasks]]
+    check_schedule(s.tasks, s.events, s.queues)
+
+
+def test_sequential_needs_no_waits(graphs):
+    """One queue in task order: program order alone covers every producer, so stripping waits is sound."""
+    s = build_schedule(graphs(2), H200, "sequential", CFG)
+    tasks = copy.deepcopy(s.tasks)
+    for t in tasks:
+        t.waits = []
+    check_schedule(tasks, s.events, s.queues)
+
+
+# ---------------------------------------------------------------------------------------------------
+# 2. Broken schedules are caught
+
+
+def test_dropped_wait_is_a_race(graphs):
+    s = build_schedule(graphs(2), H200, "parallel", CFG, num_programs=8)
+    caught, tried = [], 0
+    for t in s.tasks:
+        for i in range(len(t.waits)):
+            tasks = copy.deepcopy(s.tasks)
+            dropped = tasks[t.id].waits.pop(i)
+            tried += 1
+            try:
+                check_schedule(tasks, s.events, s.queues)
+            except SchedulerError as e:
+                msg = str(e)
+                assert "race" in msg, msg
+                assert re.search(rf"\btask {t.id} \(", msg), msg
+                caught.append((t.id, dropped))
+    assert tried > 0
+    assert caught, "no dropped wait was caught"
+
+
+def test_dropped_deps_are_still_checked_by_region(graphs):
+    """Dropping every wait on a multi-program schedule must be caught, whatever the deps list says."""
+    s = build_schedule(graphs(1), H200, "parallel", CFG, num_programs=8)
+    tasks = copy.deepcopy(s.tasks)
+    for t in tasks:
+        t.waits = []
+    with pytest.raises(SchedulerError, match="race"):
+        check_schedule(tasks, s.events, s.queues)
+
+
+def _cyclic(s):
+    tasks = copy.deepcopy(s.tasks)
+    attn = next(t for t in tasks if t.kind == "attention")
+    amax = next(t for t in reversed(tasks) if t.kind == "argmax")
+    assert attn.id < amax.id
+    attn.waits.append((amax.group, s.events[amax.group].need))
+    return tasks, attn, amax
+
+
+def test_cycle_is_a_deadlock_sequential(graphs):
+    s = build_schedule(graphs(2), H200, "sequential", CFG)
+    tasks, attn, amax = _cyclic(s)
+    with pytest.raises(SchedulerError) as ei:
+        check_schedule(tasks, s.events, s.queues)
+    msg = str(ei.value)
+    assert "deadlock" in msg
+    assert f"stuck at task {attn.id} (" in msg
+    assert f"event {amax.group} ({s.events[amax.group].name})" in msg
+
+
+@pytest.mark.parametrize("num_programs", [1, 8, 264])
+def test_cycle_is_a_deadlock_parallel(graphs, num_programs):
+    s = build_schedule(graphs(2), H200, "parallel", CFG, num_programs=num_programs)
+    tasks, attn, amax = _cyclic(s)
+    with pytest.raises(SchedulerError) as ei:
+        check_schedule(tasks, s.events, s.queues)
+    msg = str(ei.value)
+    assert "deadlock" in msg
+    m = re.search(r"stuck at task (\d+) \(.*waiting on event (\d+) \(", msg)
+    assert m, msg
+    tid, g = int(m.group(1)), int(m.group(2))
+    assert g in [w for w, _ in tasks[tid].waits]     # the named task really waits on the named event
+    if num_programs == 1:
+        assert (tid, g) == (attn.id, amax.group)
+
+
+def test_task_on_no_queue(graphs):
+    s = build_schedule(graphs(2), H200, "parallel", CFG, num_programs=8)
+    queues = copy.deepcopy(s.queues)
+    q = next(q for q in queues if q)
+    missing = q.pop(len(q) // 2)
+    with pytest.raises(SchedulerError, match=rf"task {missing} \(.*on no queue"):
+        check_schedule(s.tasks, s.events, queues)
+
+
+def test_task_placed_twice(graphs):
+    s = build_schedule(graphs(2), H200, "parallel", CFG, num_programs=8)
+    queues = copy.deepcopy(s.queues)
+    src = next(p for p, q in enumerate(queues) if q)
+    dup = queues[src][-1]
+    queues[(src + 1) % len(queues)].append(dup)
+    with pytest.raises(SchedulerError, match=rf"task {dup} \(.*placed twice"):
+        check_schedule(s.tasks, s.events, queues)
+
+
+# ---------------------------------------------------------------------------------------------------
+# 3. Random task graphs: derive + place_parallel always give a sound schedule
+
+
+@st.composite
+def task_graphs(draw):
+    """Tasks in blocks of one op (consecutive); each writes 1-2 fresh regions and reads sub-ranges of
+    what earlier ops wrote (possibly spanning several writers and gaps nobody writes)."""
+    n_tasks = draw(st.integers(1, 60))
+    arenas = ("act", "f32")
+    top = {a: 0 for a in arenas}
+    tasks: list[Task] = []
+    op_i = 0
+    while len(tasks) < n_tasks:
+        size = draw(st.integers(1, min(6, n_tasks - len(tasks))))
+        op = f"%{op_i}.op"
+        op_i += 1
+        visible = dict(top)                       # what earlier ops wrote: this op must not read itself
+        for _ in range(size):
+            lane = draw(st.integers(-1, 3))
+            reads = []
+            for _ in range(draw(st.integers(0, 3))):
+                arena = draw(st.sampled_from(arenas))
+                if visible[arena] == 0:
+                    continue
+                s = draw(st.integers(0, visible[arena] - 1))
+                e = draw(st.integers(s + 1, min(visible[arena], s + 40)))
+                reads.append(Region(arena, s, e))
+            writes = []
+            for _ in range(draw(st.integers(1, 2))):
+                arena = draw(st.sampled_from(arenas))
+                top[arena] += draw(st.integers(0, 3))             # sometimes a gap nobody writes
+                n = draw(st.integers(1, 16))
+                writes.append(Region(arena, top[arena], top[arena] + n))
+                top[arena] += n
+            tasks.append(Task(id=len(tasks), variant=("matvec",), op=op, lane=lane, layer=None, args=[],
+                              reads=reads, writes=writes, cost_bytes=draw(st.integers(0, 1 << 20))))
+    return tasks
+
+
+def _brute_deps(tasks, t):
+    return sorted(u.id for u in tasks[:t.id] if any(r.overlaps(w) for r in t.reads for w in u.writes))
+
+
+@settings(max_examples=150, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(tasks=task_graphs(), num_programs=st.integers(1, 16), bw=st.floats(1e3, 1e13),
+       data=st.data())
+def test_random_graphs_schedule_soundly(tasks, num_programs, bw, data):
+    events = derive(tasks)
+
+    # derive: deps are exactly the overlapping earlier writers; events partition the tasks by (op, lane).
+    for t in tasks:
+        assert t.deps == _brute_deps(tasks, t)
+        assert all(g != t.group for g, _ in t.waits)
+        assert all(need == events[g].need for g, need in t.waits)
+    assert sorted(tid for e in events for tid in e.tasks) == [t.id for t in tasks]
+    for e in events:
+        assert len({(tasks[tid].op, tasks[tid].lane) for tid in e.tasks}) == 1
+
+    queues, makespan = place_parallel(tasks, events, num_programs, bw)
+    assert len(queues) == num_programs
+    assert makespan > 0
+    assert_queues_partition(tasks, queues)
+    check_schedule(tasks, events, queues)
+
+    check_schedule(tasks, events, place_sequential(tasks))
+
+    # Any interleaving of the tasks over programs that keeps each queue in task order is also sound
+    # (place_parallel's cost model only picks one of them).
+    owners = data.draw(st.lists(st.integers(0, num_programs - 1), min_size=len(tasks), max_size=len(tasks)))
+    shuffled = [[] for _ in range(num_programs)]
+    for t, p in zip(tasks, owners):
+        shuffled[p].append(t.id)
+    check_schedule(tasks, events, shuffled)
