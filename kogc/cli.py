@@ -24,6 +24,24 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--lanes", type=int, help="override the preset's num_lanes")
     c.add_argument("--emit", choices=EMITS, help="print this stage to stdout")
     c.add_argument("--out", help="write the compiled kernel, schedule and report to this directory")
+    b = sub.add_parser("bench", help="time kogc's kernel against eager, one CUDA graph and torch.compile",
+                       description="Measure, in one run on the same weights: kogc's monokernel, PyTorch eager "
+                                   "(static KV cache), the whole step in one CUDA graph, torch.compile"
+                                   "(max-autotune-no-cudagraphs) + one CUDA graph, and the memory floor.")
+    b.add_argument("model_file", nargs="?", default=os.path.join("examples", "laneformer.py"))
+    b.add_argument("--config", default="laneformer-2b", help="a preset of the model file")
+    b.add_argument("--checkpoint", help="weights from a checkpoint directory instead of random ones")
+    b.add_argument("--lanes", type=int, help="override the preset's num_lanes")
+    b.add_argument("--context", type=int, default=1024, help="tokens already in the KV cache (default 1024)")
+    b.add_argument("--steps", type=int, default=100, help="decode steps per timed repetition (default 100)")
+    b.add_argument("--reps", type=int, default=5, help="repetitions; the table shows median and spread")
+    b.add_argument("--baselines", default="eager,cuda_graph,compile",
+                   help="comma-separated subset of eager,cuda_graph,compile ('' for none)")
+    b.add_argument("--json", help="also write the results to this file")
+    b.add_argument("--profile", action="store_true",
+                   help="also record per-task timestamps of one kogc step and print where the time goes")
+    b.add_argument("--interpret", action="store_true",
+                   help="no GPU: run kogc's kernel under Triton's interpreter (CPU figures; kogc and eager only)")
     return p
 
 
@@ -125,10 +143,37 @@ def write_outputs(out: str, graph, schedule, source: str, target, t0: float, tot
     _progress(5, total, f"done: {binary}", t0)
 
 
+def cmd_bench(args) -> int:
+    import torch
+    if args.interpret:
+        # Triton decides interpreter mode when it is imported: before anything imports it
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+    elif not torch.cuda.is_available():
+        return _fail("no GPU here: kogc bench measures on a CUDA GPU (use --interpret for CPU figures of kogc "
+                     "and eager on a small preset)")
+    from .bench import ALL_BASELINES, format_table, run_bench, write_json
+    baselines = [b for b in args.baselines.split(",") if b]
+    bad = [b for b in baselines if b not in ALL_BASELINES]
+    if bad:
+        return _fail(f"unknown baseline {bad[0]!r}; known: {', '.join(ALL_BASELINES)}")
+    overrides = {"num_lanes": args.lanes} if args.lanes else {}
+    try:
+        res = run_bench(args.model_file, args.config if not args.checkpoint else None, context=args.context,
+                        steps=args.steps, reps=args.reps, baselines=baselines, interpret=args.interpret,
+                        profile=args.profile, checkpoint=args.checkpoint, overrides=overrides)
+    except ValueError as e:
+        return _fail(str(e))
+    print(format_table(res))
+    if args.json:
+        write_json(res, args.json)
+        print(f"wrote {args.json}", file=sys.stderr)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        return {"compile": cmd_compile}[args.command](args)
+        return {"compile": cmd_compile, "bench": cmd_bench}[args.command](args)
     except KogcError as e:
         return _fail(str(e))
     except BrokenPipeError:  # `kogc compile ... | head`

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 import laneformer as lf
 from kogc.frontend import to_ir
 from kogc.scheduler import SchedulerError, TileConfig, build_schedule
+from kogc.scheduler import check as check_mod
 from kogc.scheduler.check import check_schedule
 from kogc.scheduler.deps import derive
 from kogc.scheduler.place import place_parallel, place_sequential
@@ -170,6 +171,42 @@ def test_task_placed_twice(graphs):
         check_schedule(s.tasks, s.events, queues)
 
 
+def _task(tid, op, lane=-1, reads=(), writes=()):
+    return Task(id=tid, variant=("matvec",), op=op, lane=lane, layer=None, args=[],
+                reads=[Region(*r) for r in reads], writes=[Region(*w) for w in writes], cost_bytes=1000)
+
+
+def test_derive_drops_implied_waits():
+    # a -> b -> c, and c also reads a: c's wait on a is implied by its wait on b.
+    tasks = [_task(0, "a", writes=[("act", 0, 8)]),
+             _task(1, "b", reads=[("act", 0, 8)], writes=[("act", 8, 16)]),
+             _task(2, "c", reads=[("act", 0, 4), ("act", 12, 16)], writes=[("act", 16, 20)])]
+    events = derive(tasks)
+    assert [e.name for e in events] == ["a", "b", "c"]
+    assert tasks[2].deps == [0, 1]
+    assert tasks[2].waits == [(1, 1)]
+    for P in (1, 2, 3):
+        check_schedule(tasks, events, [[t.id for t in tasks if t.id % P == p] for p in range(P)])
+
+
+def test_derive_rejects_read_of_later_write_and_overlapping_writes():
+    with pytest.raises(SchedulerError, match="task 0 .*later task 1"):
+        derive([_task(0, "a", reads=[("act", 0, 4)], writes=[("act", 8, 9)]),
+                _task(1, "b", writes=[("act", 2, 3)])])
+    with pytest.raises(SchedulerError, match="overlapping writes in arena act"):
+        derive([_task(0, "a", writes=[("act", 0, 4)]), _task(1, "b", writes=[("act", 3, 6)])])
+
+
+def test_group_cycles_are_caught_as_deadlock():
+    """derive groups by (op, lane); a task reading its own group's output can never have its wait met."""
+    tasks = [_task(0, "a", lane=0, writes=[("act", 0, 4)]),
+             _task(1, "a", lane=0, reads=[("act", 0, 4)], writes=[("act", 4, 8)])]
+    events = derive(tasks)
+    assert tasks[1].waits == [(0, 2)]
+    with pytest.raises(SchedulerError, match=r"deadlock: .*stuck at task 1 \(a, lane 0.*event 0 \(a/lane0\)"):
+        check_schedule(tasks, events, [[0, 1]])
+
+
 # ---------------------------------------------------------------------------------------------------
 # 3. Random task graphs: derive + place_parallel always give a sound schedule
 
@@ -244,3 +281,20 @@ def test_random_graphs_schedule_soundly(tasks, num_programs, bw, data):
     for t, p in zip(tasks, owners):
         shuffled[p].append(t.id)
     check_schedule(tasks, events, shuffled)
+
+
+@pytest.mark.skipif(not hasattr(check_mod, "prune_by_program_order"), reason="no wait pruning in this version")
+@settings(max_examples=100, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(tasks=task_graphs(), num_programs=st.integers(1, 16), bw=st.floats(1e3, 1e13))
+def test_random_graphs_pruned_waits_stay_sound(tasks, num_programs, bw):
+    """Dropping the waits program order already implies keeps the schedule sound, and only drops."""
+    events = derive(tasks)
+    queues, _ = place_parallel(tasks, events, num_programs, bw)
+    before = {t.id: list(t.waits) for t in tasks}
+    dropped = check_mod.prune_by_program_order(tasks, events, queues)
+    assert dropped == sum(len(before[t.id]) - len(t.waits) for t in tasks)
+    for t in tasks:
+        assert set(t.waits) <= set(before[t.id])
+        if num_programs == 1:
+            assert t.waits == []            # one queue: program order implies everything
+    check_schedule(tasks, events, queues)

@@ -21,7 +21,7 @@ def render(schedule: Schedule, kernel_name: str = KERNEL_NAME) -> str:
     return _ENV.get_template("monokernel.py.j2").render(
         model=schedule.graph.meta.get("model", "model"), target=schedule.target.name,
         num_programs=len(schedule.queues), num_tasks=len(schedule.tasks), variants=schedule.variants,
-        nargs=T.NARGS, header=HEADER, A=ARG_NAMES, kernel_name=kernel_name,
+        nargs=T.NARGS, header=HEADER, A=ARG_NAMES, kernel_name=kernel_name, timer_asm=schedule.target.timer_asm,
         walign=weight_alignment(schedule), aalign=activation_alignment(schedule))
 
 
@@ -49,7 +49,7 @@ def signature(schedule: Schedule) -> tuple[dict[str, str], dict[str, object]]:
     dt = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}[schedule.dtype]
     sig = {"W": f"*{dt}", "WOFF": "*i64", "TABLE": "*i32", "QLEN": "*i32", "ACT": f"*{dt}", "F32": "*fp32",
            "KV": f"*{dt}", "SMALL": f"*{dt}", "EMB": f"*{dt}", "COS": "*fp32", "SIN": "*fp32", "CNT": "*i32",
-           "ERR": "*i32", "OUT": "*i32", "token": "i32", "pos": "i32", "epoch": "i32", "limit": "i32",
-           "MAXLEN": "constexpr", "ROW": "constexpr"}
-    consts = {"MAXLEN": max(len(q) for q in schedule.queues), "ROW": schedule.row_width}
+           "ERR": "*i32", "OUT": "*i32", "PROF": "*i64", "token": "i32", "pos": "i32", "epoch": "i32",
+           "limit": "i32", "MAXLEN": "constexpr", "ROW": "constexpr", "PROFILE": "constexpr"}
+    consts = {"MAXLEN": max(len(q) for q in schedule.queues), "ROW": schedule.row_width, "PROFILE": False}
     return sig, consts

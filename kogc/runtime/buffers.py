@@ -27,10 +27,11 @@ class Buffers:
     CNT: torch.Tensor
     ERR: torch.Tensor
     OUT: torch.Tensor
+    PROF: torch.Tensor    # int64 [programs, max queue length, 3] timestamps when profiling, else [1]
 
     def kernel_args(self) -> list[torch.Tensor]:
         return [self.W, self.WOFF, self.TABLE, self.QLEN, self.ACT, self.F32, self.KV, self.SMALL, self.EMB,
-                self.COS, self.SIN, self.CNT, self.ERR, self.OUT]
+                self.COS, self.SIN, self.CNT, self.ERR, self.OUT, self.PROF]
 
     def nbytes(self) -> dict[str, int]:
         return {k: v.numel() * v.element_size() for k, v in self.__dict__.items()}
@@ -60,7 +61,7 @@ def pack_weights(schedule: Schedule, weights: dict[str, torch.Tensor], device) -
     return stream.to(device), torch.tensor(offsets[:-1], dtype=torch.int64, device=device)
 
 
-def allocate(schedule: Schedule, weights: dict[str, torch.Tensor], device) -> Buffers:
+def allocate(schedule: Schedule, weights: dict[str, torch.Tensor], device, profile: bool = False) -> Buffers:
     graph, lay = schedule.graph, schedule.layout
     dtype = TORCH_DTYPES[schedule.dtype]
     W, WOFF = pack_weights(schedule, weights, device)
@@ -91,4 +92,6 @@ def allocate(schedule: Schedule, weights: dict[str, torch.Tensor], device) -> Bu
         ACT=z(lay.sizes["act"], dtype), F32=z(lay.sizes["f32"], torch.float32), KV=z(lay.sizes["kv"], dtype),
         SMALL=small.to(device), EMB=emb.to(device, dtype).contiguous(), COS=cos.contiguous().to(device),
         SIN=sin.contiguous().to(device), CNT=z(len(schedule.events), torch.int32), ERR=z(8, torch.int32),
-        OUT=z(1, torch.int32))
+        OUT=z(1, torch.int32),
+        PROF=(torch.zeros((len(schedule.queues), table.shape[1], 3), dtype=torch.int64, device=device)
+              if profile else z(1, torch.int64)))

@@ -71,11 +71,14 @@ class CompiledKernel:
     """`step(token, pos)` runs one decode step in ONE launch; returns (logits, next token)."""
 
     def __init__(self, graph: Graph, schedule: Schedule, weights: dict[str, torch.Tensor], device: str,
-                 interpret: bool, watchdog_spins: int | None = None):
+                 interpret: bool, watchdog_spins: int | None = None, profile: bool = False):
         self.ir, self.schedule, self.device, self.interpret = graph, schedule, torch.device(device), interpret
         self.source = render(schedule)
         self.kernel, self.source_path = load_kernel(self.source, interpret)
-        self.buffers: Buffers = allocate(schedule, weights, self.device)
+        if profile and (interpret or not schedule.target.timer_asm):
+            raise KogcError(f"profiling needs a GPU timer: not available {'under the interpreter' if interpret else 'on ' + schedule.target.name}")
+        self.profile = profile
+        self.buffers: Buffers = allocate(schedule, weights, self.device, profile)
         self.epoch = 0
         # a spin is ~1 us on the GPU (an L2 round trip); under the interpreter nothing should ever spin
         self.watchdog_spins = watchdog_spins or (2_000 if interpret else 4_000_000)
@@ -103,7 +106,8 @@ class CompiledKernel:
         with interpreter(self.interpret):
             self.kernel[(len(self.schedule.queues),)](
                 *self.buffers.kernel_args(), int(token), int(pos), self.epoch, self.watchdog_spins,
-                MAXLEN=self.buffers.TABLE.shape[1], ROW=self.buffers.TABLE.shape[2], **launch)
+                MAXLEN=self.buffers.TABLE.shape[1], ROW=self.buffers.TABLE.shape[2], PROFILE=self.profile,
+                **launch)
 
     def step(self, token: int, pos: int) -> tuple[torch.Tensor, int]:
         """One decode step in ONE launch: (logits [V] in the model's dtype, argmax token)."""
@@ -143,3 +147,13 @@ def weights_of(module: torch.nn.Module, graph: Graph) -> dict[str, torch.Tensor]
     params.update(dict(module.named_buffers()))
     names = [n.attrs["name"] for n in graph.nodes if n.op is Op.PARAM]
     return {k: params[k] for k in names}
+
+
+def fill_kv_from(ck: CompiledKernel, module: torch.nn.Module) -> None:
+    """Copy the module's KV-cache buffers into the kernel's cache (same [L, kv, S, hd] layout)."""
+    buffers = dict(module.named_buffers())
+    for n in ck.ir.nodes:
+        if n.op is Op.STATE:
+            _, off, per_lane, lanes = ck.schedule.layout.slots[n.name]
+            src = buffers[n.attrs["name"]].detach().reshape(-1)
+            ck.buffers.KV[off:off + per_lane * max(lanes, 1)].copy_(src.to(ck.buffers.KV.device, ck.buffers.KV.dtype))

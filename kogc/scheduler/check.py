@@ -16,6 +16,18 @@ from .tasks import Task
 
 
 def check_schedule(tasks: list[Task], events: list[Event], queues: list[list[int]]) -> None:
+    _simulate(tasks, events, queues, prune=False)
+
+
+def prune_by_program_order(tasks: list[Task], events: list[Event], queues: list[list[int]]) -> int:
+    """Drop every wait the program already knows to be satisfied when the task starts (an earlier task
+    of the same queue waited on it, or on something implying it). Exact: vector clocks say which
+    tasks are known complete, and knowing a task complete implies knowing all it knew. Returns the
+    number of waits dropped; run `check_schedule` afterwards (build_schedule does)."""
+    return _simulate(tasks, events, queues, prune=True)
+
+
+def _simulate(tasks: list[Task], events: list[Event], queues: list[list[int]], prune: bool) -> int:
     P = len(queues)
     prog = np.full(len(tasks), -1, dtype=np.int64)
     slot = np.zeros(len(tasks), dtype=np.int64)
@@ -35,6 +47,11 @@ def check_schedule(tasks: list[Task], events: list[Event], queues: list[list[int
     parked: dict[int, list[int]] = {}
     runnable = list(range(P))
     deps = [np.asarray(t.deps, dtype=np.int64) for t in tasks]
+    if prune:   # per event and program: how many of that queue's tasks must be done (slot + 1)
+        need_vec = np.zeros((len(events), P), dtype=np.int64)
+        for t in tasks:
+            need_vec[t.group, prog[t.id]] = max(need_vec[t.group, prog[t.id]], slot[t.id] + 1)
+    dropped = 0
     while runnable:
         p = runnable.pop()
         q = queues[p]
@@ -45,8 +62,15 @@ def check_schedule(tasks: list[Task], events: list[Event], queues: list[list[int
                 parked.setdefault(blocked[0], []).append(p)
                 break
             vc = vc_prog[p].copy()
-            for g, _ in t.waits:
+            kept = []
+            for g, n in t.waits:
+                if prune and (need_vec[g] <= vc).all():
+                    dropped += 1
+                    continue
+                kept.append((g, n))
                 np.maximum(vc, vc_event[g], out=vc)
+            if prune:
+                t.waits = kept
             d = deps[t.id]
             if d.size:
                 ok = vc[prog[d]] > slot[d]
@@ -71,3 +95,4 @@ def check_schedule(tasks: list[Task], events: list[Event], queues: list[list[int
         raise SchedulerError(f"deadlock: program {p} is stuck at task {t.id} ({t.op}, lane {t.lane}, queue slot "
                              f"{head[p]}) waiting on event {g} ({events[g].name}) for {n} tasks, only "
                              f"{count[g]} can ever finish; {len(stuck)} programs stuck")
+    return dropped

@@ -10,7 +10,7 @@ import numpy as np
 
 from ..ir.graph import Graph
 from ..targets import Target
-from .check import check_schedule
+from .check import check_schedule, prune_by_program_order
 from .deps import Event, derive
 from .fuse import FusedOp, fuse
 from .place import place_parallel, place_sequential
@@ -105,7 +105,7 @@ class Schedule:
 
 def build_schedule(graph: Graph, target: Target, placement: str = "parallel",
                    tile_config: TileConfig | None = None, num_programs: int | None = None,
-                   check: bool = True) -> Schedule:
+                   check: bool = True, prune: bool = True) -> Schedule:
     """Schedule `graph` for `target`. placement="sequential" gives one queue (Triton's interpreter)."""
     cfg = tile_config or TileConfig()
     timings = {}
@@ -126,6 +126,10 @@ def build_schedule(graph: Graph, target: Target, placement: str = "parallel",
     else:
         raise ValueError(f"unknown placement {placement!r} (parallel | sequential)")
     timings["place"] = time.perf_counter() - t0
+    if prune and placement == "parallel":
+        t0 = time.perf_counter()
+        prune_by_program_order(tasks, events, queues)
+        timings["prune"] = time.perf_counter() - t0
     if check:
         t0 = time.perf_counter()
         check_schedule(tasks, events, queues)

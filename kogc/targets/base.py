@@ -21,6 +21,7 @@ class Target:
     l2_bytes: int                # per die / XCD on AMD
     last_level_cache_bytes: int  # L2 on H200, Infinity Cache on MI300X
     dies: int = 1                # XCDs on MI300X: block i runs on die i % dies
+    timer_asm: str = ""          # inline asm reading a ns clock into $0 (profiling); "" = not available
     notes: str = ""
 
     @property

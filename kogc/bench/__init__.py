@@ -1,0 +1,126 @@
+"""`kogc bench`: kogc's monokernel against the usual stacks, on the same weights, in one run.
+
+Rows: kogc; PyTorch eager with a static KV cache; the whole step in ONE CUDA graph;
+torch.compile(max-autotune-no-cudagraphs) + one CUDA graph; and the floor (bytes that must be read
+per token over the HBM read bandwidth measured in the same run). Timing: warm-up, then device events
+around `steps` consecutive steps at positions context.., `reps` repetitions, median and spread.
+"""
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+import torch
+
+from .measure import Row, bytes_per_token, read_bandwidth, time_steps
+from .stacks import eager_step, graph_step, compiled_graph_step
+
+ALL_BASELINES = ("eager", "cuda_graph", "compile")
+
+
+def _progress(msg: str, quiet: bool) -> None:
+    if not quiet:
+        print(f"[bench] {msg}", file=sys.stderr, flush=True)
+
+
+def run_bench(model_file: str, preset: str | None, context: int = 1024, steps: int = 100, reps: int = 5,
+              baselines=ALL_BASELINES, interpret: bool = False, profile: bool = False, seed: int = 0,
+              checkpoint: str | None = None, quiet: bool = False, overrides: dict | None = None,
+              kogc_options: dict | None = None) -> dict:
+    """Measure and return {"rows": [...], "floor": ..., "config": ...}; see format_table."""
+    from ..api import compile as kogc_compile
+    from ..frontend.model_file import build_model
+    from ..runtime.kernel import fill_kv_from
+
+    device = "cpu" if interpret else "cuda"
+    t0 = time.perf_counter()
+    _progress(f"building {preset or checkpoint} (random weights, seed {seed})", quiet)
+    model = build_model(model_file, preset=preset, checkpoint=checkpoint, seed=seed, **(overrides or {}))
+    cfg = {"model_file": model_file, "preset": preset, "context": context, "steps": steps, "reps": reps,
+           "device": "CPU (Triton interpreter)" if interpret else torch.cuda.get_device_name(),
+           "date": time.strftime("%Y-%m-%d %H:%M"), "torch": torch.__version__}
+    _progress("compiling with kogc", quiet)
+    ck = kogc_compile(model, interpret=interpret, **(kogc_options or {}))
+    max_pos = ck.max_pos
+    if context + steps + 8 > max_pos:
+        raise ValueError(f"context {context} + {steps} steps does not fit the KV cache of {max_pos} positions")
+    # a realistic cache: random keys and values up to `context`, the same for every stack
+    gen = torch.Generator().manual_seed(seed + 1)
+    for name, buf in model.named_buffers():
+        if name.endswith(("k_cache", "v_cache")):
+            buf[:, :, :context].copy_(torch.randn(buf[:, :, :context].shape, generator=gen).to(buf.dtype))
+    fill_kv_from(ck, model)
+    rows: list[Row] = []
+    bw = None if interpret else read_bandwidth()
+    floor_bytes = bytes_per_token(ck, context + steps // 2)
+
+    _progress(f"timing kogc ({steps} steps x {reps})", quiet)
+    rows.append(Row("kogc" + (" (interpreter, CPU)" if interpret else ""),
+                    time_steps(lambda i: ck.launch(1 + i % 100, context + i), steps, reps, device)))
+    ck._raise_if_stuck()
+    prof = None
+    if profile and not interpret:
+        from ..runtime.profile import format_summary, summarize
+        _progress("profiling one kogc step", quiet)
+        pk = kogc_compile(model, profile=True, **(kogc_options or {}))
+        fill_kv_from(pk, model)
+        for i in range(3):
+            pk.launch(1, context + i)
+        torch.cuda.synchronize()
+        prof = summarize(pk)
+        prof["text"] = format_summary(prof)
+        del pk
+    del ck
+    if not interpret:
+        torch.cuda.empty_cache()
+    model = model.to(device)
+    for name in baselines:
+        if interpret and name != "eager":
+            continue
+        _progress(f"timing {name}", quiet)
+        n = min(steps, 20) if name == "eager" else steps
+        make = {"eager": eager_step, "cuda_graph": graph_step, "compile": compiled_graph_step}[name]
+        try:
+            run = make(model, device, context)
+            rows.append(Row(name + (" (CPU)" if interpret else ""), time_steps(run, n, reps, device)))
+        except Exception as e:  # a baseline that cannot run is reported, not fatal
+            rows.append(Row(name, [], error=f"{type(e).__name__}: {str(e)[:200]}"))
+    result = {"config": cfg, "floor": {"bytes_per_token": floor_bytes, "read_bw_Bps": bw,
+                                       "ms": floor_bytes / bw * 1e3 if bw else None},
+              "rows": [r.to_dict(floor_bytes) for r in rows], "seconds": time.perf_counter() - t0}
+    if prof is not None:
+        result["profile"] = prof
+    return result
+
+
+def format_table(res: dict) -> str:
+    rows = res["rows"]
+    graph = next((r for r in rows if r["name"] == "cuda_graph" and r.get("ms_median")), None)
+    floor_ms = res["floor"]["ms"]
+    c = res["config"]
+    lines = [f"{c['preset']} context {c['context']}, {c['steps']} steps x {c['reps']} reps on {c['device']} "
+             f"({c['date']})",
+             f"floor: {res['floor']['bytes_per_token'] / 1e9:.3f} GB per token"
+             + (f" at {res['floor']['read_bw_Bps'] / 1e12:.2f} TB/s measured read bandwidth = {floor_ms:.3f} ms "
+                f"({1e3 / floor_ms:.0f} tok/s)" if floor_ms else " (no bandwidth on CPU)"),
+             f"{'stack':28} {'ms/token':>9} {'spread':>15} {'tok/s':>9} {'TB/s':>6} {'vs graph':>8} {'of floor':>8}"]
+    for r in rows:
+        if not r.get("ms_median"):
+            lines.append(f"{r['name']:28} failed: {r.get('error')}")
+            continue
+        vs = f"{graph['ms_median'] / r['ms_median']:.2f}x" if graph else "-"
+        of = f"{floor_ms / r['ms_median']:.0%}" if floor_ms else "-"
+        lines.append(f"{r['name']:28} {r['ms_median']:9.3f} {r['ms_min']:7.3f}-{r['ms_max']:<7.3f} "
+                     f"{r['tok_per_s']:9.1f} {r['TBps']:6.2f} {vs:>8} {of:>8}")
+    if "profile" in res:
+        lines.append(res["profile"]["text"])
+    return "\n".join(lines)
+
+
+def write_json(res: dict, path: str) -> None:
+    with open(path, "w") as f:
+        json.dump(res, f, indent=1)
+
+
+__all__ = ["run_bench", "format_table", "write_json", "ALL_BASELINES"]

@@ -1,0 +1,79 @@
+"""Timing and byte counting for the benchmark."""
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from ..ir.executor import TORCH_DTYPES
+
+
+@dataclass
+class Row:
+    name: str
+    ms: list[float]                       # ms per token, one figure per repetition
+    error: str | None = None
+    extra: dict = field(default_factory=dict)
+
+    def to_dict(self, floor_bytes: int) -> dict:
+        if not self.ms:
+            return {"name": self.name, "error": self.error}
+        med = statistics.median(self.ms)
+        return {"name": self.name, "ms_median": med, "ms_min": min(self.ms), "ms_max": max(self.ms),
+                "ms_reps": self.ms, "tok_per_s": 1e3 / med, "TBps": floor_bytes / (med * 1e-3) / 1e12, **self.extra}
+
+
+def time_steps(run, steps: int, reps: int, device: str, warmup: int = 3) -> list[float]:
+    """ms per step of `run(i)` over `steps` consecutive calls, `reps` times (device events on GPU)."""
+    for i in range(warmup):
+        run(i)
+    out = []
+    for _ in range(reps):
+        if device == "cuda":
+            torch.cuda.synchronize()
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            for i in range(steps):
+                run(i)
+            b.record()
+            torch.cuda.synchronize()
+            out.append(a.elapsed_time(b) / steps)
+        else:
+            t0 = time.perf_counter()
+            for i in range(steps):
+                run(i)
+            out.append((time.perf_counter() - t0) * 1e3 / steps)
+    return out
+
+
+def read_bandwidth(gib: int = 2, reps: int = 10) -> float:
+    """HBM read bandwidth in bytes/s: a reduction over `gib` GiB of random fp16 (median of reps)."""
+    x = torch.randn(gib * 2**29, device="cuda", dtype=torch.float16)
+    x.sum(dtype=torch.float32)
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        x.sum(dtype=torch.float32)
+        b.record()
+        torch.cuda.synchronize()
+        times.append(a.elapsed_time(b) * 1e-3)
+    del x
+    torch.cuda.empty_cache()
+    return gib * 2**30 / statistics.median(times)
+
+
+def bytes_per_token(ck, pos: int) -> int:
+    """What one decode step must read: every streamed weight, one embedding row, the norm scales,
+    and the KV cache up to `pos` (keys and values of every layer and lane)."""
+    es = torch.tensor([], dtype=TORCH_DTYPES[ck.schedule.dtype]).element_size()
+    weights = sum(t.weight.numel for t in ck.schedule.tasks if t.weight) * es
+    emb_row = ck.buffers.EMB.shape[-1] * es if ck.buffers.EMB.dim() == 2 else 0
+    kv = 0
+    for op in ck.schedule.ops:
+        if op.kind == "attention":
+            kv += 2 * max(op.lanes, 1) * op.p["kv_heads"] * (pos + 1) * op.p["head_dim"] * es
+    return weights + emb_row + ck.schedule.layout.sizes["small"] * es + kv

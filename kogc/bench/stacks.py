@@ -1,0 +1,49 @@
+"""The usual stacks, each returning `run(i)` that performs one decode step."""
+from __future__ import annotations
+
+import torch
+
+
+def _inputs(device: str, context: int):
+    return torch.tensor(1, device=device), torch.tensor(context, device=device)
+
+
+def eager_step(model, device: str, context: int):
+    tok, pos = _inputs(device, context)
+
+    def run(i):
+        with torch.no_grad():
+            model(tok, pos)
+    return run
+
+
+def _capture(fn, tok, pos):
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s), torch.no_grad():
+        for _ in range(3):
+            fn(tok, pos)
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph), torch.no_grad():
+        fn(tok, pos)
+    return graph
+
+
+def graph_step(model, device: str, context: int):
+    """The whole decode step captured in ONE CUDA graph, replayed (fixed token and position)."""
+    if device != "cuda":
+        raise RuntimeError("CUDA graphs need a GPU")
+    tok, pos = _inputs(device, context)
+    graph = _capture(model, tok, pos)
+    return lambda i: graph.replay()
+
+
+def compiled_graph_step(model, device: str, context: int):
+    """torch.compile(mode="max-autotune-no-cudagraphs"), then the step captured in one CUDA graph."""
+    if device != "cuda":
+        raise RuntimeError("CUDA graphs need a GPU")
+    compiled = torch.compile(model, mode="max-autotune-no-cudagraphs", fullgraph=False)
+    tok, pos = _inputs(device, context)
+    graph = _capture(compiled, tok, pos)
+    return lambda i: graph.replay()
