@@ -96,7 +96,16 @@ PRESETS = {
     "laneformer-2b": LaneformerConfig(
         vocab_size=128256, hidden_size=2048, num_hidden_layers=28, num_attention_heads=16,
         num_key_value_heads=8, intermediate_size=8192, num_lanes=8, broadcast_delay=1,
-        max_position_embeddings=4096, torch_dtype="float16"),
+        max_position_embeddings=8192, torch_dtype="float16"),
+    # scaling presets for benchmarks (same family, about 0.5B and 7B parameters)
+    "laneformer-0.5b": LaneformerConfig(
+        vocab_size=128256, hidden_size=1024, num_hidden_layers=24, num_attention_heads=16,
+        num_key_value_heads=8, intermediate_size=4096, num_lanes=8, broadcast_delay=1,
+        max_position_embeddings=8192, torch_dtype="float16"),
+    "laneformer-7b": LaneformerConfig(
+        vocab_size=32000, hidden_size=4096, num_hidden_layers=28, num_attention_heads=32,
+        num_key_value_heads=8, intermediate_size=16384, num_lanes=8, broadcast_delay=1,
+        max_position_embeddings=8192, torch_dtype="float16"),
 }
 
 

@@ -58,6 +58,7 @@ def run_bench(model_file: str, preset: str | None, context: int = 1024, steps: i
     _progress(f"timing kogc ({steps} steps x {reps})", quiet)
     rows.append(Row("kogc" + (" (interpreter, CPU)" if interpret else ""),
                     time_steps(lambda i: ck.launch(1 + i % 100, context + i), steps, reps, device)))
+    _progress(f"kogc: {rows[-1].ms} ms/token", quiet)
     ck._raise_if_stuck()
     prof = None
     if profile and not interpret:
@@ -84,6 +85,7 @@ def run_bench(model_file: str, preset: str | None, context: int = 1024, steps: i
         try:
             run = make(model, device, context)
             rows.append(Row(name + (" (CPU)" if interpret else ""), time_steps(run, n, reps, device)))
+            _progress(f"{name}: {rows[-1].ms} ms/token", quiet)
         except Exception as e:  # a baseline that cannot run is reported, not fatal
             rows.append(Row(name, [], error=f"{type(e).__name__}: {str(e)[:200]}"))
     result = {"config": cfg, "floor": {"bytes_per_token": floor_bytes, "read_bw_Bps": bw,

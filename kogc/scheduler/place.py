@@ -1,9 +1,8 @@
 """Placement: tasks onto one queue per program of the persistent grid, with a cost model in bytes.
 
-List scheduling in task order (a topological order): each task goes to the program that frees up
-first, starting when its inputs are estimated ready. Every queue is then ordered consistently with
-one global topological order, which is what makes the waits deadlock-free when all programs are
-resident (the globally first unfinished task always has its inputs done).
+Event-driven list scheduling over the cost model (below): programs take ready work as they free up,
+earliest tasks first. Every queue is ordered consistently with one global topological order (start
+times), which is what makes the waits deadlock-free when all programs are resident.
 """
 from __future__ import annotations
 
@@ -17,19 +16,56 @@ TASK_OVERHEAD_S = 0.5e-6      # table read, wait check, publish: per task, whate
 
 def place_parallel(tasks: list[Task], events: list[Event], num_programs: int,
                    bytes_per_s_per_program: float) -> tuple[list[list[int]], float]:
-    """Queues for `num_programs` programs, and the estimated makespan in seconds."""
-    queues: list[list[int]] = [[] for _ in range(num_programs)]
-    free = [(0.0, p) for p in range(num_programs)]
-    event_done = [0.0] * len(events)
-    makespan = 0.0
+    """Queues for `num_programs` programs, and the estimated makespan in seconds.
+
+    Event-driven list scheduling: when a program frees up it takes, among the tasks whose inputs are
+    (estimated) ready by then, the first in task order; if none is ready it takes the one ready
+    soonest. A task thus never waits behind a later-ready task of its own queue when ready work
+    exists (e.g. another lane's matvec runs while attention finishes). Every task starts after its
+    producers end, so sorting all tasks by start time is one global topological order consistent
+    with every queue: with all programs resident, the waits cannot deadlock."""
+    n = len(tasks)
+    waiters: dict[int, list[int]] = {}
+    pending = [0] * n
     for t in tasks:
-        ready = max((event_done[g] for g, _ in t.waits), default=0.0)
-        avail, p = heapq.heappop(free)
-        end = max(avail, ready) + TASK_OVERHEAD_S + t.cost_bytes / bytes_per_s_per_program
-        queues[p].append(t.id)
+        for g, _ in t.waits:
+            waiters.setdefault(g, []).append(t.id)
+        pending[t.id] = len(t.waits)
+    left_in_event = [e.need for e in events]
+    event_end = [0.0] * len(events)
+    ready_at = [0.0] * n
+    later: list[tuple[float, int]] = [(0.0, t.id) for t in tasks if pending[t.id] == 0]   # by ready time
+    heapq.heapify(later)
+    now_ready: list[int] = []                                                            # by task id
+    free = [(0.0, p) for p in range(num_programs)]
+    queues: list[list[int]] = [[] for _ in range(num_programs)]
+    makespan, placed = 0.0, 0
+    while placed < n:
+        f, p = heapq.heappop(free)
+        while later and later[0][0] <= f:
+            heapq.heappush(now_ready, heapq.heappop(later)[1])
+        if not now_ready:
+            if not later:
+                raise RuntimeError("placement stalled: a task waits on an event that never completes")
+            f = later[0][0]
+            while later and later[0][0] <= f:
+                heapq.heappush(now_ready, heapq.heappop(later)[1])
+        tid = heapq.heappop(now_ready)
+        t = tasks[tid]
+        end = f + TASK_OVERHEAD_S + t.cost_bytes / bytes_per_s_per_program
+        queues[p].append(tid)
         heapq.heappush(free, (end, p))
-        event_done[t.group] = max(event_done[t.group], end)
+        placed += 1
         makespan = max(makespan, end)
+        g = t.group
+        event_end[g] = max(event_end[g], end)
+        left_in_event[g] -= 1
+        if left_in_event[g] == 0:
+            for w in waiters.get(g, []):
+                ready_at[w] = max(ready_at[w], event_end[g])
+                pending[w] -= 1
+                if pending[w] == 0:
+                    heapq.heappush(later, (ready_at[w], w))
     return queues, makespan
 
 
