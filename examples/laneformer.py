@@ -124,7 +124,8 @@ def rope_interleaved(x: torch.Tensor, pos: torch.Tensor, head_dim: int, theta: f
 
 def kv_cache_write(cache: torch.Tensor, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
     """cache [L, kv, S, hd], x [L, kv*hd]: store x at position pos, in place; returns the cache."""
-    cache[:, :, pos] = x.unflatten(-1, (cache.shape[1], cache.shape[3]))
+    # index_copy_ with a device index: no host synchronisation, so a CUDA graph can capture it
+    cache.index_copy_(2, pos.reshape(1), x.unflatten(-1, (cache.shape[1], 1, cache.shape[3])))
     return cache
 
 
