@@ -110,3 +110,16 @@ def test_aot_compile_for_both_targets(tmp_path, capsys, target, binary, magic):
 def test_cli_emits_stages(capsys, stage, needle):
     assert main(["compile", MODEL_FILE, "--target", "h200", "--config", "tiny", "--emit", stage]) == 0
     assert needle in capsys.readouterr().out
+
+
+def test_attention_with_tl_dot_equals_reference():
+    import dataclasses
+    from kogc.api import INTERPRETER_TILES
+    model = tiny(seed=21, num_lanes=2, hidden_size=128)          # head_dim 16: tl.dot needs >= 16
+    ck = kogc.compile(model, tile_config=dataclasses.replace(INTERPRETER_TILES, attn_impl="dot"))
+    assert any(v[0] == "attention" and v[-1] == "dot" for v in ck.schedule.variants)
+    weights, state = dict(model.named_parameters()), new_state(ck.ir)
+    for pos in range(3):
+        logits, nxt = ck.step(5 + pos, pos)
+        (ref, ref_nxt), _ = execute(ck.ir, weights, state, [5 + pos, pos])
+        assert rel_err(logits, ref) < 1e-5 and nxt == int(ref_nxt)

@@ -49,6 +49,7 @@ class TileConfig:
     tile_bytes: int = 32 * 1024       # weight bytes per matvec task
     attn_splits: int = 16             # splits of the positions 0..pos per (lane, KV head), each cdiv(pos+1, splits)
     attn_block: int = 16              # positions per inner step of attention (16 measured best of 16/32/64)
+    attn_impl: str = "reduce"         # "reduce" (broadcast products) | "dot" (tl.dot, query group padded to 16)
     elem_block: int = 2048            # rows per elementwise task
     cost_context: int = 1024          # context length the cost model assumes for attention
 
@@ -204,6 +205,11 @@ def _tile_attention(op, by, lay, val, new, cfg, es, lanes_of):
     for what, x in (("query heads per KV head", g), ("head_dim", hd), ("query heads per lane", nq),
                     ("attention splits", cfg.attn_splits)):
         _pow2(x, what, op)
+    if cfg.attn_impl not in ("reduce", "dot"):
+        raise SchedulerError(f"unknown attention implementation {cfg.attn_impl!r} (reduce | dot)")
+    if cfg.attn_impl == "dot" and (g > 16 or hd < 16 or cfg.attn_block < 16):
+        raise SchedulerError(f"attention with tl.dot needs <= 16 query heads per KV head, head_dim >= 16 and "
+                             f"blocks of >= 16 positions (got {g}, {hd}, {cfg.attn_block}) at {op.node}")
     ns = cfg.attn_splits
     per_lane = ns * K + 2 * ns * nq
     lay.alloc(f"{op.node}.partials", "f32", per_lane, op.lanes)
@@ -222,7 +228,7 @@ def _tile_attention(op, by, lay, val, new, cfg, es, lanes_of):
                 m0 = pbase + ns * K + j * nq + kh * g
                 writes = [Region("f32", acc0, acc0 + g * hd), Region("f32", m0, m0 + g),
                           Region("f32", m0 + ns * nq, m0 + ns * nq + g)]
-                new(("attention", g, hd, ns, nq, cfg.attn_block), op, l, a, reads, writes,
+                new(("attention", g, hd, ns, nq, cfg.attn_block, cfg.attn_impl), op, l, a, reads, writes,
                     cost=2 * (ctx // ns) * hd * es)
 
 
