@@ -50,7 +50,7 @@ def main():
             ck = kogc.compile(model, tile_config=cfg, num_programs=H200.compute_units * ppu, profile=profile)
             fill_kv_from(ck, model)
             ms = time_steps(lambda i: ck.launch(1 + i % 50, args.context + i), args.steps, 3, "cuda")
-            ck._raise_if_stuck()
+            ck.raise_if_stuck()
         except Exception as e:
             print(f"{v} ppu={ppu}: FAILED {type(e).__name__}: {str(e)[:300]}", flush=True)
             continue

@@ -59,7 +59,7 @@ def run_bench(model_file: str, preset: str | None, context: int = 1024, steps: i
     rows.append(Row("kogc" + (" (interpreter, CPU)" if interpret else ""),
                     time_steps(lambda i: ck.launch(1 + i % 100, context + i), steps, reps, device)))
     _progress(f"kogc: {rows[-1].ms} ms/token", quiet)
-    ck._raise_if_stuck()
+    ck.raise_if_stuck()
     prof = None
     if profile and not interpret:
         from ..runtime.profile import format_summary, summarize

@@ -72,11 +72,12 @@ class CompiledKernel:
 
     def __init__(self, graph: Graph, schedule: Schedule, weights: dict[str, torch.Tensor], device: str,
                  interpret: bool, watchdog_spins: int | None = None, profile: bool = False):
+        if profile and (interpret or not schedule.target.timer_asm):
+            where = "under the interpreter" if interpret else f"on {schedule.target.name}"
+            raise KogcError(f"profiling needs a GPU timer: not available {where}")
         self.ir, self.schedule, self.device, self.interpret = graph, schedule, torch.device(device), interpret
         self.source = render(schedule)
         self.kernel, self.source_path = load_kernel(self.source, interpret)
-        if profile and (interpret or not schedule.target.timer_asm):
-            raise KogcError(f"profiling needs a GPU timer: not available {'under the interpreter' if interpret else 'on ' + schedule.target.name}")
         self.profile = profile
         self.buffers: Buffers = allocate(schedule, weights, self.device, profile)
         self.epoch = 0
@@ -116,10 +117,11 @@ class CompiledKernel:
         if self.buffers.ERR[0].item() != 0:
             raise KernelHangError("an earlier launch stopped on a stuck wait; compile again")
         self.launch(token, pos)
-        self._raise_if_stuck()
+        self.raise_if_stuck()
         return self.logits_view.clone(), int(self.buffers.OUT[0].item())
 
-    def _raise_if_stuck(self) -> None:
+    def raise_if_stuck(self) -> None:
+        """Raise KernelHangError if a wait of the last launch hit its watchdog (syncs with the device)."""
         err = self.buffers.ERR.tolist()
         if err[0] == 0:
             return

@@ -196,21 +196,21 @@ def _fusable_residual(n: Node, by, users, order):
     every other term is an older matvec's output (already stored when this one runs)."""
     if not n.type.lanes:
         return None
-    for a in [u for u in users[n.name] + _walk_users(n, users) if u.op is Op.ADD]:
-        if True:
-            r = _residual_terms(a, by)
-            if r is None:
-                continue
-            stream, terms = r
-            mine = [t for t in terms if t.value == n.name]
-            others = [t for t in terms if t.value != n.name]
-            if len(mine) == 1 and mine[0].select == OWN and len(others) <= 1 and \
-                    all(order[t.value] < order[n.name] for t in others):
-                return a, stream, terms
+    for a in (u for u in _walk_users(n, users) if u.op is Op.ADD):
+        r = _residual_terms(a, by)
+        if r is None:
+            continue
+        stream, terms = r
+        mine = [t for t in terms if t.value == n.name]
+        others = [t for t in terms if t.value != n.name]
+        if len(mine) == 1 and mine[0].select == OWN and len(others) <= 1 and \
+                all(order[t.value] < order[n.name] for t in others):
+            return a, stream, terms
     return None
 
 
 def _walk_users(n: Node, users, depth: int = 3):
+    """Users of n, their users, ... up to `depth` steps (where a residual ADD can sit)."""
     out, frontier = [], [n]
     for _ in range(depth):
         frontier = [u for f in frontier for u in users.get(f.name, [])]

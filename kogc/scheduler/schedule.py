@@ -37,7 +37,8 @@ class Schedule:
 
     @property
     def dtype(self) -> str:
-        return self.graph.nodes[[n.op.value for n in self.graph.nodes].index("matvec")].type.dtype
+        """The model's dtype: that of its weights (every matvec has one)."""
+        return next(n.type.dtype for n in self.graph.nodes if n.op.value == "matvec")
 
     @property
     def max_waits(self) -> int:
