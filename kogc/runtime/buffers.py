@@ -76,6 +76,7 @@ def allocate(schedule: Schedule, weights: dict[str, torch.Tensor], device, profi
         if op.kind == "embed":
             emb = weights[graph.by_name()[op.p["table"]].attrs["name"]].detach()
     attn = [op for op in schedule.ops if op.kind == "attention"]
+    max_pos = attn[0].p["max_pos"] if attn else 1
     if attn:
         hd, S = attn[0].p["head_dim"], attn[0].p["max_pos"]
         theta = next(n.attrs["theta"] for n in graph.nodes if n.op is Op.ROPE)
@@ -92,6 +93,6 @@ def allocate(schedule: Schedule, weights: dict[str, torch.Tensor], device, profi
         ACT=z(lay.sizes["act"], dtype), F32=z(lay.sizes["f32"], torch.float32), KV=z(lay.sizes["kv"], dtype),
         SMALL=small.to(device), EMB=emb.to(device, dtype).contiguous(), COS=cos.contiguous().to(device),
         SIN=sin.contiguous().to(device), CNT=z(len(schedule.events), torch.int32), ERR=z(8, torch.int32),
-        OUT=z(1, torch.int32),
+        OUT=z(4 + max_pos, torch.int32),   # [last token, steps done, stopped at EOS, -, token of each step]
         PROF=(torch.zeros((len(schedule.queues), table.shape[1], 3), dtype=torch.int64, device=device)
               if profile else z(1, torch.int64)))

@@ -15,6 +15,7 @@ from ..codegen.render import KERNEL_NAME, render
 from ..errors import KogcError
 from ..ir.graph import Graph, Op
 from ..scheduler import Schedule
+from ..scheduler.check import check_step_closure
 from .buffers import Buffers, allocate
 
 
@@ -81,6 +82,7 @@ class CompiledKernel:
         self.profile = profile
         self.buffers: Buffers = allocate(schedule, weights, self.device, profile)
         self.epoch = 0
+        self._step_closure_checked = False
         # a spin is ~1 us on the GPU (an L2 round trip); under the interpreter nothing should ever spin
         self.watchdog_spins = watchdog_spins or (2_000 if interpret else 4_000_000)
         out = graph.output
@@ -99,16 +101,19 @@ class CompiledKernel:
         if not 0 <= pos < self.max_pos:
             raise KogcError(f"position {pos} is outside the KV cache [0, {self.max_pos})")
 
-    def launch(self, token: int, pos: int) -> None:
-        """Enqueue one decode step (no host synchronisation, no checks: see `step`)."""
-        self.epoch += 1
+    def launch(self, token: int, pos: int, nsteps: int = 1, eos: int = -1) -> None:
+        """Enqueue `nsteps` decode steps in one launch, from `token` at `pos` (no host synchronisation,
+        no checks: see `step` and `generate`). Epochs advance by `nsteps`; after an early stop at EOS
+        `generate` sets them to the steps actually run."""
+        epoch0 = self.epoch + 1
+        self.epoch += nsteps
         launch = {} if self.interpret else dict(num_warps=self.schedule.target.num_warps,
                                                  launch_cooperative_grid=True)
         with interpreter(self.interpret):
             self.kernel[(len(self.schedule.queues),)](
-                *self.buffers.kernel_args(), int(token), int(pos), self.epoch, self.watchdog_spins,
-                MAXLEN=self.buffers.TABLE.shape[1], ROW=self.buffers.TABLE.shape[2], PROFILE=self.profile,
-                **launch)
+                *self.buffers.kernel_args(), int(token), int(pos), epoch0, self.watchdog_spins, int(nsteps),
+                int(eos), MAXLEN=self.buffers.TABLE.shape[1], ROW=self.buffers.TABLE.shape[2],
+                PROFILE=self.profile, SAMPLE_EV=self.schedule.sample_event, **launch)
 
     def step(self, token: int, pos: int) -> tuple[torch.Tensor, int]:
         """One decode step in ONE launch: (logits [V] in the model's dtype, argmax token)."""
@@ -126,11 +131,61 @@ class CompiledKernel:
         if err[0] == 0:
             return
         pid, slot, ev, seen, need = err[1:6]
+        if slot < 0:
+            raise KernelHangError(f"wait timed out: program {pid} at a step boundary waited on event {ev} "
+                                  f"({self.schedule.events[ev].name}, the sampled token): counter {seen}, needed {need}")
         tid = self.schedule.queues[pid][slot]
         t = self.schedule.tasks[tid]
         raise KernelHangError(
             f"wait timed out: program {pid}, queue slot {slot}, task {tid} ({t.kind} of {t.op}, lane {t.lane}) "
             f"waited on event {ev} ({self.schedule.events[ev].name}): counter {seen}, needed {need}")
+
+    def generate(self, prompt_ids, max_new_tokens: int, temperature: float = 0.0, top_k: int | None = None,
+                 top_p: float | None = None, seed: int | None = None, eos_token_id: int | None = None) -> list[int]:
+        """Prefill `prompt_ids` (one launch per prompt token but the last), then produce up to
+        `max_new_tokens` tokens in ONE launch: LM head, argmax and the EOS test run on the GPU and
+        each step starts from the token the previous one sampled. Returns the new ids (ending with
+        EOS if it was produced). The sequence starts at position 0 (the KV cache is reused)."""
+        prompt = [int(t) for t in prompt_ids]
+        self._check_generate(prompt, max_new_tokens, temperature, top_k, top_p, eos_token_id)
+        if not self._step_closure_checked:
+            check_step_closure(self.schedule)
+            self._step_closure_checked = True
+        for pos, tok in enumerate(prompt[:-1]):
+            self.launch(tok, pos)
+        self.buffers.OUT[:4].zero_()
+        epoch0 = self.epoch + 1
+        self.launch(prompt[-1], len(prompt) - 1, nsteps=max_new_tokens,
+                    eos=-1 if eos_token_id is None else int(eos_token_id))
+        self.raise_if_stuck()
+        out = self.buffers.OUT.tolist()
+        done = out[1]
+        self.epoch = epoch0 + done - 1       # counters advanced only for the steps that ran
+        return out[4:4 + done]
+
+    def _check_generate(self, prompt, max_new_tokens, temperature, top_k, top_p, eos) -> None:
+        vocab = self.vocab
+        if not prompt:
+            raise KogcError("the prompt is empty: give at least one token id")
+        bad = [t for t in prompt if not 0 <= t < vocab]
+        if bad:
+            raise KogcError(f"prompt id {bad[0]} is outside the vocabulary [0, {vocab})")
+        if max_new_tokens < 1:
+            raise KogcError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        if len(prompt) + max_new_tokens > self.max_pos:
+            raise KogcError(f"prompt ({len(prompt)}) + max_new_tokens ({max_new_tokens}) = "
+                            f"{len(prompt) + max_new_tokens} tokens do not fit the KV cache of {self.max_pos}")
+        if temperature < 0:
+            raise KogcError(f"temperature must be >= 0, got {temperature}")
+        if top_p is not None and not 0 < top_p <= 1:
+            raise KogcError(f"top_p must be in (0, 1], got {top_p}")
+        if top_k is not None and top_k < 1:
+            raise KogcError(f"top_k must be >= 1, got {top_k}")
+        if eos is not None and not 0 <= eos < vocab:
+            raise KogcError(f"eos_token_id {eos} is outside the vocabulary [0, {vocab})")
+        if temperature > 0 or top_k is not None or top_p is not None:
+            raise KogcError("sampling (temperature > 0, top_k, top_p) is not built yet: only greedy decoding "
+                            "(temperature=0) runs on the GPU so far")
 
     def reset(self) -> None:
         """Forget the KV cache (a new sequence). Counters stay monotonic."""

@@ -96,3 +96,24 @@ def _simulate(tasks: list[Task], events: list[Event], queues: list[list[int]], p
                              f"{head[p]}) waiting on event {g} ({events[g].name}) for {n} tasks, only "
                              f"{count[g]} can ever finish; {len(stuck)} programs stuck")
     return dropped
+
+
+def check_step_closure(schedule) -> None:
+    """Several steps in one launch reuse every buffer; that is safe only if every task of a step
+    happens before the step's token is sampled (programs wait for the token between steps). Prove
+    that every task feeds the sampling task, or name one that does not."""
+    tasks = schedule.tasks
+    sample = next((t.id for t in tasks if t.kind == "argmax"), None)
+    if sample is None:
+        raise SchedulerError("the model produces no token (no argmax): it cannot generate in one launch")
+    seen = {sample}
+    work = [sample]
+    while work:
+        for d in tasks[work.pop()].deps:
+            if d not in seen:
+                seen.add(d)
+                work.append(d)
+    if len(seen) != len(tasks):
+        t = next(t for t in tasks if t.id not in seen)
+        raise SchedulerError(f"task {t.id} ({t.op}, lane {t.lane}) does not feed the sampled token: a later step "
+                             f"could overwrite its buffers while it runs")

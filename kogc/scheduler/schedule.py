@@ -41,6 +41,11 @@ class Schedule:
         return next(n.type.dtype for n in self.graph.nodes if n.op.value == "matvec")
 
     @property
+    def sample_event(self) -> int:
+        """The event of the task that produces the step's token (-1 if the model samples none)."""
+        return next((t.group for t in self.tasks if t.kind == "argmax"), -1)
+
+    @property
     def max_waits(self) -> int:
         return max((len(t.waits) for t in self.tasks), default=0)
 

@@ -1,0 +1,84 @@
+"""Generation in one launch (Triton interpreter on CPU): greedy tokens equal an eager greedy loop,
+EOS stops at the right place, bad input is refused before anything launches."""
+import copy
+
+import pytest
+import torch
+from conftest import tiny
+
+import kogc
+from kogc.errors import KogcError
+from kogc.scheduler import SchedulerError
+from kogc.scheduler.check import check_step_closure
+
+pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="CPU interpreter path")
+
+
+def eager_greedy(model, prompt, n):
+    model.reset_cache()
+    for pos, t in enumerate(prompt):
+        _, tok = model(torch.tensor(t), torch.tensor(pos))
+    out = []
+    for i in range(n):
+        out.append(int(tok))
+        _, tok = model(torch.tensor(int(tok)), torch.tensor(len(prompt) + i))
+    return out
+
+
+@pytest.fixture(scope="module")
+def setup():
+    model = tiny(seed=5, num_lanes=2)
+    return model, kogc.compile(model)
+
+
+def test_greedy_generate_equals_eager_loop_64_tokens(setup):
+    model, ck = setup
+    prompt = [3, 141, 59, 26]
+    want = eager_greedy(model, prompt, 64)
+    got = ck.generate(prompt, 64)
+    assert got == want
+    assert ck.buffers.OUT[1].item() == 64          # all 64 steps ran inside one launch
+
+
+def test_eos_stops_within_the_step(setup):
+    model, ck = setup
+    prompt = [7, 7, 8]
+    full = eager_greedy(model, prompt, 16)
+    eos = full[5]
+    stop = full.index(eos)
+    got = ck.generate(prompt, 16, eos_token_id=eos)
+    assert got == full[:stop + 1]
+    # the counters' epochs follow the steps that really ran: stepping on works, nothing hangs
+    epoch = ck.epoch
+    logits, tok = ck.step(1, 0)
+    assert ck.epoch == epoch + 1 and 0 <= tok < model.config.vocab_size
+
+
+@pytest.mark.parametrize("kwargs,needle", [
+    (dict(prompt_ids=[], max_new_tokens=4), "empty"),
+    (dict(prompt_ids=[1, 999], max_new_tokens=4), "outside the vocabulary"),
+    (dict(prompt_ids=[1, 2], max_new_tokens=10_000), "do not fit the KV cache"),
+    (dict(prompt_ids=[1], max_new_tokens=4, top_p=0.0), "top_p"),
+    (dict(prompt_ids=[1], max_new_tokens=4, top_p=1.5), "top_p"),
+    (dict(prompt_ids=[1], max_new_tokens=4, temperature=-1.0), "temperature"),
+    (dict(prompt_ids=[1], max_new_tokens=0), "max_new_tokens"),
+    (dict(prompt_ids=[1], max_new_tokens=4, eos_token_id=-3), "eos_token_id"),
+])
+def test_bad_input_is_refused_before_launch(setup, kwargs, needle):
+    _, ck = setup
+    epoch = ck.epoch
+    with pytest.raises(KogcError, match=needle):
+        ck.generate(**kwargs)
+    assert ck.epoch == epoch
+
+
+def test_step_closure_names_a_task_that_does_not_feed_the_token(setup):
+    _, ck = setup
+    check_step_closure(ck.schedule)
+    broken = copy.copy(ck.schedule)
+    broken.tasks = copy.deepcopy(ck.schedule.tasks)
+    victim = next(t for t in broken.tasks if t.kind == "embed")
+    for t in broken.tasks:
+        t.deps = [d for d in t.deps if d != victim.id]
+    with pytest.raises(SchedulerError, match=f"task {victim.id} .*does not feed the sampled token"):
+        check_step_closure(broken)
