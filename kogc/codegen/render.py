@@ -50,7 +50,8 @@ def signature(schedule: Schedule) -> tuple[dict[str, str], dict[str, object]]:
     sig = {"W": f"*{dt}", "WOFF": "*i64", "TABLE": "*i32", "QLEN": "*i32", "ACT": f"*{dt}", "F32": "*fp32",
            "KV": f"*{dt}", "SMALL": f"*{dt}", "EMB": f"*{dt}", "COS": "*fp32", "SIN": "*fp32", "CNT": "*i32",
            "ERR": "*i32", "OUT": "*i32", "PROF": "*i64", "token": "i32", "pos0": "i32", "epoch0": "i32",
-           "limit": "i32", "nsteps": "i32", "eos": "i32", "MAXLEN": "constexpr", "ROW": "constexpr",
+           "limit": "i32", "nsteps": "i32", "eos": "i32", "seed": "i64", "temperature": "fp32", "top_k": "i32",
+           "top_p": "fp32", "MAXLEN": "constexpr", "ROW": "constexpr",
            "PROFILE": "constexpr", "SAMPLE_EV": "constexpr"}
     consts = {"MAXLEN": max(len(q) for q in schedule.queues), "ROW": schedule.row_width, "PROFILE": False,
               "SAMPLE_EV": schedule.sample_event}

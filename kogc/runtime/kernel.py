@@ -43,7 +43,7 @@ def interpreter_ready() -> bool:
     return type(tl.sum).__name__ == "InterpretedFunction"
 
 
-def load_kernel(source: str, interpret: bool):
+def load_kernel(source: str, interpret: bool, name: str = KERNEL_NAME):
     """Import generated source as a module; `interpret` decides (at decoration time) whether
     @triton.jit gives Triton's CPU interpreter or a GPU kernel."""
     if interpret and not interpreter_ready():
@@ -57,15 +57,15 @@ def load_kernel(source: str, interpret: bool):
         with open(path + ".tmp", "w") as f:
             f.write(source)
         os.replace(path + ".tmp", path)
-    name = f"kogc_gen_{digest}_{'interp' if interpret else 'jit'}"
-    if name in sys.modules:
-        return getattr(sys.modules[name], KERNEL_NAME), path
+    modname = f"kogc_gen_{digest}_{'interp' if interpret else 'jit'}"
+    if modname in sys.modules:
+        return getattr(sys.modules[modname], name), path
     with interpreter(interpret):
-        spec = importlib.util.spec_from_file_location(name, path)
+        spec = importlib.util.spec_from_file_location(modname, path)
         module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
+        sys.modules[modname] = module
         spec.loader.exec_module(module)
-    return getattr(module, KERNEL_NAME), path
+    return getattr(module, name), path
 
 
 class CompiledKernel:
@@ -101,7 +101,8 @@ class CompiledKernel:
         if not 0 <= pos < self.max_pos:
             raise KogcError(f"position {pos} is outside the KV cache [0, {self.max_pos})")
 
-    def launch(self, token: int, pos: int, nsteps: int = 1, eos: int = -1) -> None:
+    def launch(self, token: int, pos: int, nsteps: int = 1, eos: int = -1, seed: int = 0,
+               temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0) -> None:
         """Enqueue `nsteps` decode steps in one launch, from `token` at `pos` (no host synchronisation,
         no checks: see `step` and `generate`). Epochs advance by `nsteps`; after an early stop at EOS
         `generate` sets them to the steps actually run."""
@@ -112,7 +113,7 @@ class CompiledKernel:
         with interpreter(self.interpret):
             self.kernel[(len(self.schedule.queues),)](
                 *self.buffers.kernel_args(), int(token), int(pos), epoch0, self.watchdog_spins, int(nsteps),
-                int(eos), MAXLEN=self.buffers.TABLE.shape[1], ROW=self.buffers.TABLE.shape[2],
+                int(eos), int(seed), float(temperature), int(top_k), float(top_p), MAXLEN=self.buffers.TABLE.shape[1], ROW=self.buffers.TABLE.shape[2],
                 PROFILE=self.profile, SAMPLE_EV=self.schedule.sample_event, **launch)
 
     def step(self, token: int, pos: int) -> tuple[torch.Tensor, int]:
@@ -143,11 +144,15 @@ class CompiledKernel:
     def generate(self, prompt_ids, max_new_tokens: int, temperature: float = 0.0, top_k: int | None = None,
                  top_p: float | None = None, seed: int | None = None, eos_token_id: int | None = None) -> list[int]:
         """Prefill `prompt_ids` (one launch per prompt token but the last), then produce up to
-        `max_new_tokens` tokens in ONE launch: LM head, argmax and the EOS test run on the GPU and
+        `max_new_tokens` tokens in ONE launch: LM head, sampling and the EOS test run on the GPU and
         each step starts from the token the previous one sampled. Returns the new ids (ending with
-        EOS if it was produced). The sequence starts at position 0 (the KV cache is reused)."""
+        EOS if it was produced). The sequence starts at position 0 (the KV cache is reused).
+
+        temperature 0 is greedy (ties to the lowest id); otherwise softmax(logits / temperature),
+        restricted to the top_k largest logits and then to the top_p nucleus if given. The same
+        `seed` gives the same tokens (Philox keyed by seed and step); None draws one (self.last_seed)."""
         prompt = [int(t) for t in prompt_ids]
-        self._check_generate(prompt, max_new_tokens, temperature, top_k, top_p, eos_token_id)
+        self._check_generate(prompt, max_new_tokens, temperature, top_k, top_p, seed, eos_token_id)
         if not self._step_closure_checked:
             check_step_closure(self.schedule)
             self._step_closure_checked = True
@@ -155,15 +160,19 @@ class CompiledKernel:
             self.launch(tok, pos)
         self.buffers.OUT[:4].zero_()
         epoch0 = self.epoch + 1
+        if seed is None:
+            seed = int.from_bytes(os.urandom(4), "little") & 0x7FFFFFFF
+        self.last_seed = seed
         self.launch(prompt[-1], len(prompt) - 1, nsteps=max_new_tokens,
-                    eos=-1 if eos_token_id is None else int(eos_token_id))
+                    eos=-1 if eos_token_id is None else int(eos_token_id), seed=seed, temperature=temperature,
+                    top_k=top_k or 0, top_p=1.0 if top_p is None else top_p)
         self.raise_if_stuck()
         out = self.buffers.OUT.tolist()
         done = out[1]
         self.epoch = epoch0 + done - 1       # counters advanced only for the steps that ran
         return out[4:4 + done]
 
-    def _check_generate(self, prompt, max_new_tokens, temperature, top_k, top_p, eos) -> None:
+    def _check_generate(self, prompt, max_new_tokens, temperature, top_k, top_p, seed, eos) -> None:
         vocab = self.vocab
         if not prompt:
             raise KogcError("the prompt is empty: give at least one token id")
@@ -183,9 +192,8 @@ class CompiledKernel:
             raise KogcError(f"top_k must be >= 1, got {top_k}")
         if eos is not None and not 0 <= eos < vocab:
             raise KogcError(f"eos_token_id {eos} is outside the vocabulary [0, {vocab})")
-        if temperature > 0 or top_k is not None or top_p is not None:
-            raise KogcError("sampling (temperature > 0, top_k, top_p) is not built yet: only greedy decoding "
-                            "(temperature=0) runs on the GPU so far")
+        if seed is not None and not 0 <= seed < 2**31:
+            raise KogcError(f"seed must be in [0, 2**31), got {seed}")
 
     def reset(self) -> None:
         """Forget the KV cache (a new sequence). Counters stay monotonic."""

@@ -115,9 +115,10 @@ def tile(graph: Graph, ops: list[FusedOp], cfg: TileConfig) -> tuple[list[Task],
             part = lay.slots[f"{p['logits']}.argmax"]
             nparts = part[2] // 2
             blk = min(1024, _next_pow2(nparts))
-            args = _args({A_X: part[1], A_ROW0: nparts})
-            new(("argmax", blk), op, -1, args, [Region("f32", part[1], part[1] + 2 * nparts)],
-                [Region("out", 0, 1)], cost=nparts * 8)
+            logits = by[p["logits"]].type.shape[0]
+            args = _args({A_X: part[1], A_ROW0: nparts, A_X2: lay.at(p["logits"], -1), A_H: logits})
+            reads = [Region("f32", part[1], part[1] + 2 * nparts), lay.region(p["logits"], -1, 0, logits)]
+            new(("argmax", blk), op, -1, args, reads, [Region("out", 0, 1)], cost=nparts * 8)
         else:
             raise SchedulerError(f"no tiling for fused op {op.kind}")
     return tasks, lay

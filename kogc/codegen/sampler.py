@@ -1,0 +1,22 @@
+"""The monokernel's sampling code as a kernel of its own: draws from fixed logits (tests, checks)."""
+from __future__ import annotations
+
+import torch
+
+from .render import _ENV
+
+
+def sample_tokens(logits: torch.Tensor, n: int, seed: int = 0, temperature: float = 1.0, top_k: int = 0,
+                  top_p: float = 1.0, interpret: bool | None = None) -> torch.Tensor:
+    """n draws (one per step 0..n-1) with the same code and random numbers as generation."""
+    from ..runtime.kernel import interpreter, load_kernel
+    if interpret is None:
+        interpret = not logits.is_cuda
+    source = _ENV.get_template("sampler.py.j2").render()
+    kernel, _ = load_kernel(source, interpret, name="kogc_sampler")
+    out = torch.zeros(n, dtype=torch.int32, device=logits.device)
+    V = logits.numel()
+    block = min(1024, 1 << max(0, (V - 1).bit_length()))
+    with interpreter(interpret):
+        kernel[(1,)](logits.contiguous(), out, V, n, seed, float(temperature), int(top_k), float(top_p), BLOCK=block)
+    return out
