@@ -42,6 +42,21 @@ def _parser() -> argparse.ArgumentParser:
                    help="also record per-task timestamps of one kogc step and print where the time goes")
     b.add_argument("--interpret", action="store_true",
                    help="no GPU: run kogc's kernel under Triton's interpreter (CPU figures; kogc and eager only)")
+    r = sub.add_parser("run", help="generate tokens in one kernel launch and stream them",
+                       description="Compile the model, prefill the prompt, then generate up to N tokens in ONE "
+                                   "kernel launch (sampling and the EOS test on the device), printing tokens as "
+                                   "they arrive, then tokens/s and time to first token.")
+    r.add_argument("model_file", nargs="?", default=os.path.join("examples", "laneformer.py"))
+    r.add_argument("--config", default="laneformer-2b", help="a preset of the model file")
+    r.add_argument("--checkpoint", help="weights from a checkpoint directory instead of random ones")
+    r.add_argument("--prompt-ids", required=True, help="comma-separated token ids, e.g. 1,2,3")
+    r.add_argument("--max-new-tokens", type=int, default=32)
+    r.add_argument("--temperature", type=float, default=0.0, help="0 (default): greedy")
+    r.add_argument("--top-k", type=int)
+    r.add_argument("--top-p", type=float)
+    r.add_argument("--seed", type=int, help="for sampling (default: drawn at random and printed)")
+    r.add_argument("--eos-id", type=int, help="stop after this token")
+    r.add_argument("--interpret", action="store_true", help="no GPU: run under Triton's interpreter (slow)")
     return p
 
 
@@ -170,10 +185,54 @@ def cmd_bench(args) -> int:
     return 0
 
 
+def cmd_run(args) -> int:
+    import torch
+    if args.interpret:
+        os.environ.setdefault("TRITON_INTERPRET", "1")   # before triton is imported
+    elif not torch.cuda.is_available():
+        return _fail("no GPU here: kogc run needs a CUDA GPU (use --interpret to run a small preset on the CPU)")
+    try:
+        prompt = [int(x) for x in args.prompt_ids.split(",") if x.strip()]
+    except ValueError:
+        return _fail(f"--prompt-ids must be comma-separated integers, got {args.prompt_ids!r}")
+    from .api import compile as kogc_compile
+    from .frontend.model_file import build_model
+    t0 = time.perf_counter()
+    model = build_model(args.model_file, preset=None if args.checkpoint else args.config, checkpoint=args.checkpoint)
+    print(f"[run] built {args.checkpoint or args.config} ({time.perf_counter() - t0:.1f}s); compiling", file=sys.stderr)
+    ck = kogc_compile(model, interpret=args.interpret)
+    ck._check_generate(prompt, args.max_new_tokens, args.temperature, args.top_k, args.top_p, args.seed, args.eos_id)
+    if not args.interpret:   # first launch compiles the kernel: keep it out of the timings
+        ck.step(prompt[0], 0)
+        torch.cuda.synchronize()
+    print(f"[run] compiled in {time.perf_counter() - t0:.1f}s; generating", file=sys.stderr)
+    arrivals = []
+    start = time.perf_counter()
+
+    def on_token(tok):
+        arrivals.append(time.perf_counter())
+        print(tok, end=" ", flush=True)
+
+    tokens = ck.generate(prompt, args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
+                         top_p=args.top_p, seed=args.seed, eos_token_id=args.eos_id, on_token=on_token)
+    end = time.perf_counter()
+    print()
+    seed = f", seed {ck.last_seed}" if args.temperature > 0 else ""
+    stop = " (stopped at EOS)" if args.eos_id in tokens else ""
+    if args.interpret:   # the interpreter runs the launch to the end before any token is seen
+        print(f"{len(tokens)} tokens{stop} in {end - start:.1f} s with the prefill: {len(tokens) / (end - start):.2f} "
+              f"tok/s [CPU interpreter: tokens printed after the launch]{seed}")
+    else:
+        rate = (len(tokens) - 1) / (end - arrivals[0]) if len(tokens) > 1 else float("nan")
+        print(f"{len(tokens)} tokens{stop}; time to first token {(arrivals[0] - start) * 1e3:.1f} ms (prefill of "
+              f"{len(prompt) - 1} launches + 1 step), then {rate:.1f} tok/s{seed}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        return {"compile": cmd_compile, "bench": cmd_bench}[args.command](args)
+        return {"compile": cmd_compile, "bench": cmd_bench, "run": cmd_run}[args.command](args)
     except KogcError as e:
         return _fail(str(e))
     except BrokenPipeError:  # `kogc compile ... | head`

@@ -29,9 +29,10 @@ class Buffers:
     OUT: torch.Tensor
     PROF: torch.Tensor    # int64 [programs, max queue length, 3] timestamps when profiling, else [1]
 
-    def kernel_args(self) -> list[torch.Tensor]:
+    def kernel_args(self, out: torch.Tensor | None = None) -> list[torch.Tensor]:
+        """The kernel's tensor arguments; `out` replaces OUT (e.g. pinned host memory to stream tokens)."""
         return [self.W, self.WOFF, self.TABLE, self.QLEN, self.ACT, self.F32, self.KV, self.SMALL, self.EMB,
-                self.COS, self.SIN, self.CNT, self.ERR, self.OUT, self.PROF]
+                self.COS, self.SIN, self.CNT, self.ERR, self.OUT if out is None else out, self.PROF]
 
     def nbytes(self) -> dict[str, int]:
         return {k: v.numel() * v.element_size() for k, v in self.__dict__.items()}

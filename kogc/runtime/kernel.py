@@ -7,6 +7,7 @@ import importlib.util
 import os
 import sys
 import tempfile
+import time
 
 import torch
 import triton
@@ -102,7 +103,7 @@ class CompiledKernel:
             raise KogcError(f"position {pos} is outside the KV cache [0, {self.max_pos})")
 
     def launch(self, token: int, pos: int, nsteps: int = 1, eos: int = -1, seed: int = 0,
-               temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0) -> None:
+               temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0, out: torch.Tensor | None = None) -> None:
         """Enqueue `nsteps` decode steps in one launch, from `token` at `pos` (no host synchronisation,
         no checks: see `step` and `generate`). Epochs advance by `nsteps`; after an early stop at EOS
         `generate` sets them to the steps actually run."""
@@ -112,7 +113,7 @@ class CompiledKernel:
                                                  launch_cooperative_grid=True)
         with interpreter(self.interpret):
             self.kernel[(len(self.schedule.queues),)](
-                *self.buffers.kernel_args(), int(token), int(pos), epoch0, self.watchdog_spins, int(nsteps),
+                *self.buffers.kernel_args(out), int(token), int(pos), epoch0, self.watchdog_spins, int(nsteps),
                 int(eos), int(seed), float(temperature), int(top_k), float(top_p), MAXLEN=self.buffers.TABLE.shape[1], ROW=self.buffers.TABLE.shape[2],
                 PROFILE=self.profile, SAMPLE_EV=self.schedule.sample_event, **launch)
 
@@ -142,7 +143,8 @@ class CompiledKernel:
             f"waited on event {ev} ({self.schedule.events[ev].name}): counter {seen}, needed {need}")
 
     def generate(self, prompt_ids, max_new_tokens: int, temperature: float = 0.0, top_k: int | None = None,
-                 top_p: float | None = None, seed: int | None = None, eos_token_id: int | None = None) -> list[int]:
+                 top_p: float | None = None, seed: int | None = None, eos_token_id: int | None = None,
+                 on_token=None) -> list[int]:
         """Prefill `prompt_ids` (one launch per prompt token but the last), then produce up to
         `max_new_tokens` tokens in ONE launch: LM head, sampling and the EOS test run on the GPU and
         each step starts from the token the previous one sampled. Returns the new ids (ending with
@@ -150,7 +152,10 @@ class CompiledKernel:
 
         temperature 0 is greedy (ties to the lowest id); otherwise softmax(logits / temperature),
         restricted to the top_k largest logits and then to the top_p nucleus if given. The same
-        `seed` gives the same tokens (Philox keyed by seed and step); None draws one (self.last_seed)."""
+        `seed` gives the same tokens (Philox keyed by seed and step); None draws one (self.last_seed).
+
+        `on_token(token)` is called for every new token: on a GPU while the kernel runs (it writes them
+        to pinned host memory, which the host polls); under the interpreter after the launch."""
         prompt = [int(t) for t in prompt_ids]
         self._check_generate(prompt, max_new_tokens, temperature, top_k, top_p, seed, eos_token_id)
         if not self._step_closure_checked:
@@ -158,19 +163,49 @@ class CompiledKernel:
             self._step_closure_checked = True
         for pos, tok in enumerate(prompt[:-1]):
             self.launch(tok, pos)
-        self.buffers.OUT[:4].zero_()
+        streamed = on_token is not None and self.device.type == "cuda"
+        out_buf = self._host_out() if streamed else self.buffers.OUT
+        out_buf[:4].zero_()
         epoch0 = self.epoch + 1
         if seed is None:
             seed = int.from_bytes(os.urandom(4), "little") & 0x7FFFFFFF
         self.last_seed = seed
         self.launch(prompt[-1], len(prompt) - 1, nsteps=max_new_tokens,
                     eos=-1 if eos_token_id is None else int(eos_token_id), seed=seed, temperature=temperature,
-                    top_k=top_k or 0, top_p=1.0 if top_p is None else top_p)
+                    top_k=top_k or 0, top_p=1.0 if top_p is None else top_p, out=out_buf)
+        if streamed:
+            self._poll_tokens(out_buf, on_token)
         self.raise_if_stuck()
-        out = self.buffers.OUT.tolist()
+        out = out_buf.tolist()
         done = out[1]
         self.epoch = epoch0 + done - 1       # counters advanced only for the steps that ran
-        return out[4:4 + done]
+        tokens = out[4:4 + done]
+        if on_token is not None and not streamed:
+            for t in tokens:
+                on_token(t)
+        return tokens
+
+    def _host_out(self) -> torch.Tensor:
+        """The token record in pinned host memory, written by the kernel through the mapping."""
+        if getattr(self, "_pinned_out", None) is None:
+            self._pinned_out = torch.zeros(self.buffers.OUT.numel(), dtype=torch.int32, pin_memory=True)
+        return self._pinned_out
+
+    @staticmethod
+    def _poll_tokens(out_buf: torch.Tensor, on_token) -> None:
+        done = torch.cuda.Event()
+        done.record()
+        view = out_buf.numpy()
+        seen = 0
+        while True:
+            finished = done.query()
+            n = int(view[1])
+            while seen < n:
+                on_token(int(view[4 + seen]))
+                seen += 1
+            if finished:
+                break
+            time.sleep(50e-6)
 
     def _check_generate(self, prompt, max_new_tokens, temperature, top_k, top_p, seed, eos) -> None:
         vocab = self.vocab
