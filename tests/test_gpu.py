@@ -22,3 +22,11 @@ def test_tiny_lanes_match_eager_fp32():
     for lanes in (1, 2, 4):
         res = gpu_check.main(["--preset", "tiny", "--lanes", str(lanes), "--steps", "32", "--timing-steps", "20"])
         assert res["max_rel_err"] < 1e-4 and res["argmax_agreement"] == 1.0
+
+
+@pytest.mark.gpu
+def test_laneformer_2b_generate_in_one_launch():
+    import gpu_generate_check
+    res = gpu_generate_check.main(["--preset", "laneformer-2b", "--tokens", "256"])
+    assert res["tokens"] == 256 and not res["bad"]
+    assert res["generate_tok_per_s"] >= res["step_loop_tok_per_s"]
