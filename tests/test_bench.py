@@ -29,3 +29,38 @@ def test_bench_without_gpu_says_so():
     r = subprocess.run([sys.executable, "-m", "kogc.cli", "bench", MODEL_FILE, "--config", "tiny"],
                        capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert r.returncode == 2 and "no GPU" in r.stderr
+
+
+def test_profile_summary_from_timestamps():
+    """The profiler's summary and trace, on synthetic timestamps (the timer itself needs a GPU)."""
+    import json as _json
+    import types
+
+    import torch
+    from conftest import lf
+
+    from kogc.frontend import to_ir
+    from kogc.runtime.profile import chrome_trace, format_summary, summarize
+    from kogc.scheduler import build_schedule
+    from kogc.targets import H200
+
+    graph = to_ir(lf.kogc_model("tiny", device="meta", seed=None))
+    schedule = build_schedule(graph, H200, num_programs=4)
+    maxlen = max(len(q) for q in schedule.queues)
+    prof = torch.zeros((4, maxlen, 3), dtype=torch.int64)
+    for p, q in enumerate(schedule.queues):      # each task: 1 us of waiting, then 2 us of work
+        for i, _ in enumerate(q):
+            start = 1_000_000 + i * 3000
+            prof[p, i] = torch.tensor([start, start + 1000, start + 3000])
+    ck = types.SimpleNamespace(schedule=schedule, buffers=types.SimpleNamespace(PROF=prof))
+    s = summarize(ck)
+    assert s["tasks"] == len(schedule.tasks)
+    assert abs(s["per_kind"]["attention"]["wait_us_mean"] - 1.0) < 1e-9
+    assert abs(s["per_kind"]["attention"]["body_us_mean"] - 2.0) < 1e-9
+    assert 0 < s["busy_share_min"] <= s["busy_share_mean"] <= 1
+    assert "attention" in format_summary(s)
+    import tempfile
+    with tempfile.NamedTemporaryFile(suffix=".json") as f:
+        chrome_trace(ck, f.name)
+        events = _json.load(open(f.name))["traceEvents"]
+    assert len(events) == 2 * len(schedule.tasks)
