@@ -14,7 +14,7 @@ INTERPRETER_TILES = TileConfig(tile_bytes=1 << 20, attn_splits=2, attn_block=16,
 
 def compile(module: torch.nn.Module, target: str = "h200", device: str | None = None,
             interpret: bool | None = None, tile_config: TileConfig | None = None,
-            num_programs: int | None = None, profile: bool = False) -> CompiledKernel:
+            num_programs: int | None = None, profile: bool = False, num_warps: int | None = None) -> CompiledKernel:
     """Compile a decode-step module into one persistent kernel.
 
     On a machine with a CUDA GPU the kernel runs there (parallel placement, all programs resident).
@@ -28,4 +28,5 @@ def compile(module: torch.nn.Module, target: str = "h200", device: str | None = 
     placement = "sequential" if interpret else "parallel"
     cfg = tile_config or (INTERPRETER_TILES if interpret else TileConfig())
     schedule = build_schedule(graph, tgt, placement, cfg, num_programs=num_programs)
-    return CompiledKernel(graph, schedule, weights_of(module, graph), device, interpret, profile=profile)
+    return CompiledKernel(graph, schedule, weights_of(module, graph), device, interpret, profile=profile,
+                          num_warps=num_warps or tgt.num_warps)

@@ -1,7 +1,8 @@
 """On a GPU: time kogc's kernel for several schedule settings on the same weights, in one run.
 
     python scripts/sweep.py --preset laneformer-2b --context 1024 --variants '[{"tile_bytes": 32768}, ...]'
-Each variant is a dict of TileConfig fields plus optional "programs_per_unit" and "profile": true.
+Each variant is a dict of TileConfig fields plus optional "programs_per_unit", "num_warps" and
+"profile": true.
 Prints one line per variant and writes $OUT/sweep.json.
 """
 from __future__ import annotations
@@ -44,10 +45,12 @@ def main():
         v = dict(v)
         ppu = v.pop("programs_per_unit", H200.programs_per_unit)
         profile = v.pop("profile", False)
+        warps = v.pop("num_warps", None)
         cfg = dataclasses.replace(TileConfig(), **v)
         t0 = time.perf_counter()
         try:
-            ck = kogc.compile(model, tile_config=cfg, num_programs=H200.compute_units * ppu, profile=profile)
+            ck = kogc.compile(model, tile_config=cfg, num_programs=H200.compute_units * ppu, profile=profile,
+                              num_warps=warps)
             fill_kv_from(ck, model)
             ms = time_steps(lambda i: ck.launch(1 + i % 50, args.context + i), args.steps, 3, "cuda")
             ck.raise_if_stuck()
@@ -56,7 +59,8 @@ def main():
             continue
         floor = bytes_per_token(ck, args.context + args.steps // 2)
         med = sorted(ms)[1]
-        row = {"variant": v, "programs_per_unit": ppu, "profile": profile, "ms": ms, "ms_median": med,
+        row = {"variant": v, "programs_per_unit": ppu, "num_warps": warps, "profile": profile, "ms": ms,
+               "ms_median": med,
                "tok_per_s": 1e3 / med, "of_floor": floor / bw / (med * 1e-3), "tasks": len(ck.schedule.tasks),
                "waits": sum(len(t.waits) for t in ck.schedule.tasks), "compile_s": time.perf_counter() - t0}
         if profile:

@@ -73,7 +73,8 @@ class CompiledKernel:
     """`step(token, pos)` runs one decode step in ONE launch; returns (logits, next token)."""
 
     def __init__(self, graph: Graph, schedule: Schedule, weights: dict[str, torch.Tensor], device: str,
-                 interpret: bool, watchdog_spins: int | None = None, profile: bool = False):
+                 interpret: bool, watchdog_spins: int | None = None, profile: bool = False,
+                 num_warps: int | None = None):
         if profile and (interpret or not schedule.target.timer_asm):
             where = "under the interpreter" if interpret else f"on {schedule.target.name}"
             raise KogcError(f"profiling needs a GPU timer: not available {where}")
@@ -81,6 +82,7 @@ class CompiledKernel:
         self.source = render(schedule)
         self.kernel, self.source_path = load_kernel(self.source, interpret)
         self.profile = profile
+        self.num_warps = num_warps or schedule.target.num_warps
         self.buffers: Buffers = allocate(schedule, weights, self.device, profile)
         self.epoch = 0
         self._step_closure_checked = False
@@ -109,8 +111,7 @@ class CompiledKernel:
         `generate` sets them to the steps actually run."""
         epoch0 = self.epoch + 1
         self.epoch += nsteps
-        launch = {} if self.interpret else dict(num_warps=self.schedule.target.num_warps,
-                                                 launch_cooperative_grid=True)
+        launch = {} if self.interpret else dict(num_warps=self.num_warps, launch_cooperative_grid=True)
         with interpreter(self.interpret):
             self.kernel[(len(self.schedule.queues),)](
                 *self.buffers.kernel_args(out), int(token), int(pos), epoch0, self.watchdog_spins, int(nsteps),

@@ -50,6 +50,7 @@ class TileConfig:
     attn_splits: int = 16             # splits of the positions 0..pos per (lane, KV head), each cdiv(pos+1, splits)
     attn_block: int = 16              # positions per inner step of attention (16 measured best of 16/32/64)
     attn_impl: str = "reduce"         # "reduce" (broadcast products) | "dot" (tl.dot, query group padded to 16)
+    attn_cost_scale: float = 1.0      # the cost model's attention bytes x this (measured slower per byte than a matvec)
     elem_block: int = 2048            # rows per elementwise task
     cost_context: int = 1024          # context length the cost model assumes for attention
 
@@ -230,7 +231,7 @@ def _tile_attention(op, by, lay, val, new, cfg, es, lanes_of):
                 writes = [Region("f32", acc0, acc0 + g * hd), Region("f32", m0, m0 + g),
                           Region("f32", m0 + ns * nq, m0 + ns * nq + g)]
                 new(("attention", g, hd, ns, nq, cfg.attn_block, cfg.attn_impl), op, l, a, reads, writes,
-                    cost=2 * (ctx // ns) * hd * es)
+                    cost=int(2 * (ctx // ns) * hd * es * cfg.attn_cost_scale))
 
 
 def _term_reads(term, l, L, lay, r0, rows):
