@@ -11,6 +11,13 @@ from .errors import KogcError
 EMITS = ("ir", "ir-json", "tasks", "schedule", "source")
 
 
+def _model_args(p: argparse.ArgumentParser, default_config: str | None) -> None:
+    """Where the model comes from: a model file and a preset, or a checkpoint."""
+    p.add_argument("--config", default=default_config, help="a preset of the model file, e.g. tiny | laneformer-2b")
+    p.add_argument("--checkpoint", help="a directory with config.json and *.safetensors (instead of --config)")
+    p.add_argument("--lanes", type=int, help="override the preset's num_lanes")
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="kogc", description="Compile a PyTorch decoder into one persistent GPU kernel.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -19,9 +26,7 @@ def _parser() -> argparse.ArgumentParser:
                                    "or write the kernel and its reports (--out).")
     c.add_argument("model_file", help="a Python file defining kogc_model(...), e.g. examples/laneformer.py")
     c.add_argument("--target", required=True, help="h200 | mi300x")
-    c.add_argument("--config", help="a preset of the model file, e.g. tiny | laneformer-2b")
-    c.add_argument("--checkpoint", help="a directory with config.json and *.safetensors (instead of --config)")
-    c.add_argument("--lanes", type=int, help="override the preset's num_lanes")
+    _model_args(c, None)
     c.add_argument("--emit", choices=EMITS, help="print this stage to stdout")
     c.add_argument("--out", help="write the compiled kernel, schedule and report to this directory")
     b = sub.add_parser("bench", help="time kogc's kernel against eager, one CUDA graph and torch.compile",
@@ -29,9 +34,7 @@ def _parser() -> argparse.ArgumentParser:
                                    "(static KV cache), the whole step in one CUDA graph, torch.compile"
                                    "(max-autotune-no-cudagraphs) + one CUDA graph, and the memory floor.")
     b.add_argument("model_file", nargs="?", default=os.path.join("examples", "laneformer.py"))
-    b.add_argument("--config", default="laneformer-2b", help="a preset of the model file")
-    b.add_argument("--checkpoint", help="weights from a checkpoint directory instead of random ones")
-    b.add_argument("--lanes", type=int, help="override the preset's num_lanes")
+    _model_args(b, "laneformer-2b")
     b.add_argument("--context", type=int, default=1024, help="tokens already in the KV cache (default 1024)")
     b.add_argument("--steps", type=int, default=100, help="decode steps per timed repetition (default 100)")
     b.add_argument("--reps", type=int, default=5, help="repetitions; the table shows median and spread")
@@ -47,8 +50,7 @@ def _parser() -> argparse.ArgumentParser:
                                    "kernel launch (sampling and the EOS test on the device), printing tokens as "
                                    "they arrive, then tokens/s and time to first token.")
     r.add_argument("model_file", nargs="?", default=os.path.join("examples", "laneformer.py"))
-    r.add_argument("--config", default="laneformer-2b", help="a preset of the model file")
-    r.add_argument("--checkpoint", help="weights from a checkpoint directory instead of random ones")
+    _model_args(r, "laneformer-2b")
     r.add_argument("--prompt-ids", required=True, help="comma-separated token ids, e.g. 1,2,3")
     r.add_argument("--max-new-tokens", type=int, default=32)
     r.add_argument("--temperature", type=float, default=0.0, help="0 (default): greedy")
@@ -198,10 +200,12 @@ def cmd_run(args) -> int:
     from .api import compile as kogc_compile
     from .frontend.model_file import build_model
     t0 = time.perf_counter()
-    model = build_model(args.model_file, preset=None if args.checkpoint else args.config, checkpoint=args.checkpoint)
+    overrides = {"num_lanes": args.lanes} if args.lanes else {}
+    model = build_model(args.model_file, preset=None if args.checkpoint else args.config, checkpoint=args.checkpoint,
+                        **overrides)
     print(f"[run] built {args.checkpoint or args.config} ({time.perf_counter() - t0:.1f}s); compiling", file=sys.stderr)
     ck = kogc_compile(model, interpret=args.interpret)
-    ck._check_generate(prompt, args.max_new_tokens, args.temperature, args.top_k, args.top_p, args.seed, args.eos_id)
+    ck.check_generate(prompt, args.max_new_tokens, args.temperature, args.top_k, args.top_p, args.seed, args.eos_id)
     if not args.interpret:   # first launch compiles the kernel: keep it out of the timings
         ck.step(prompt[0], 0)
         torch.cuda.synchronize()

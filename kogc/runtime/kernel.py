@@ -158,7 +158,7 @@ class CompiledKernel:
         `on_token(token)` is called for every new token: on a GPU while the kernel runs (it writes them
         to pinned host memory, which the host polls); under the interpreter after the launch."""
         prompt = [int(t) for t in prompt_ids]
-        self._check_generate(prompt, max_new_tokens, temperature, top_k, top_p, seed, eos_token_id)
+        self.check_generate(prompt, max_new_tokens, temperature, top_k, top_p, seed, eos_token_id)
         if not self._step_closure_checked:
             check_step_closure(self.schedule)
             self._step_closure_checked = True
@@ -208,7 +208,8 @@ class CompiledKernel:
                 break
             time.sleep(50e-6)
 
-    def _check_generate(self, prompt, max_new_tokens, temperature, top_k, top_p, seed, eos) -> None:
+    def check_generate(self, prompt, max_new_tokens, temperature, top_k, top_p, seed, eos) -> None:
+        """Refuse, before anything launches, what `generate` cannot do (KogcError naming it)."""
         vocab = self.vocab
         if not prompt:
             raise KogcError("the prompt is empty: give at least one token id")
