@@ -309,3 +309,12 @@ def test_random_graphs_pruned_waits_stay_sound(tasks, num_programs, bw):
         if num_programs == 1:
             assert t.waits == []            # one queue: program order implies everything
     check_schedule(tasks, events, queues)
+
+
+@pytest.mark.parametrize("stagger", [0.5, 3.0])
+def test_staggered_lanes_stay_sound(graphs, stagger):
+    import dataclasses
+    cfg = dataclasses.replace(CFG, lane_stagger=stagger)
+    s = build_schedule(graphs(4), H200, "parallel", cfg, num_programs=8)
+    check_schedule(s.tasks, s.events, s.queues)
+    assert_queues_partition(s.tasks, s.queues)

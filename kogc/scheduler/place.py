@@ -15,7 +15,7 @@ TASK_OVERHEAD_S = 0.5e-6      # table read, wait check, publish: per task, whate
 
 
 def place_parallel(tasks: list[Task], events: list[Event], num_programs: int,
-                   bytes_per_s_per_program: float) -> tuple[list[list[int]], float]:
+                   bytes_per_s_per_program: float, lane_stagger: float = 0.0) -> tuple[list[list[int]], float]:
     """Queues for `num_programs` programs, and the estimated makespan in seconds.
 
     Event-driven list scheduling: when a program frees up it takes, among the tasks whose inputs are
@@ -23,7 +23,11 @@ def place_parallel(tasks: list[Task], events: list[Event], num_programs: int,
     soonest. A task thus never waits behind a later-ready task of its own queue when ready work
     exists (e.g. another lane's matvec runs while attention finishes). Every task starts after its
     producers end, so sorting all tasks by start time is one global topological order consistent
-    with every queue: with all programs resident, the waits cannot deadlock."""
+    with every queue: with all programs resident, the waits cannot deadlock.
+
+    `lane_stagger` > 0 ranks lane l's tasks as if they came l * lane_stagger fused ops later, so the
+    lanes (independent within a layer when the delay is >= 1) run out of phase: while one lane
+    waits for its attention, others stream their matvecs."""
     n = len(tasks)
     waiters: dict[int, list[int]] = {}
     pending = [0] * n
@@ -34,23 +38,27 @@ def place_parallel(tasks: list[Task], events: list[Event], num_programs: int,
     left_in_event = [e.need for e in events]
     event_end = [0.0] * len(events)
     ready_at = [0.0] * n
+    op_rank: dict[str, int] = {}
+    for t in tasks:
+        op_rank.setdefault(t.op, len(op_rank))
+    prio = [(op_rank[t.op] + lane_stagger * max(t.lane, 0), t.id) for t in tasks]
     later: list[tuple[float, int]] = [(0.0, t.id) for t in tasks if pending[t.id] == 0]   # by ready time
     heapq.heapify(later)
-    now_ready: list[int] = []                                                            # by task id
+    now_ready: list[tuple[float, int]] = []                                              # by priority
     free = [(0.0, p) for p in range(num_programs)]
     queues: list[list[int]] = [[] for _ in range(num_programs)]
     makespan, placed = 0.0, 0
     while placed < n:
         f, p = heapq.heappop(free)
         while later and later[0][0] <= f:
-            heapq.heappush(now_ready, heapq.heappop(later)[1])
+            heapq.heappush(now_ready, prio[heapq.heappop(later)[1]])
         if not now_ready:
             if not later:
                 raise RuntimeError("placement stalled: a task waits on an event that never completes")
             f = later[0][0]
             while later and later[0][0] <= f:
-                heapq.heappush(now_ready, heapq.heappop(later)[1])
-        tid = heapq.heappop(now_ready)
+                heapq.heappush(now_ready, prio[heapq.heappop(later)[1]])
+        tid = heapq.heappop(now_ready)[1]
         t = tasks[tid]
         end = f + TASK_OVERHEAD_S + t.cost_bytes / bytes_per_s_per_program
         queues[p].append(tid)

@@ -128,7 +128,7 @@ def build_schedule(graph: Graph, target: Target, placement: str = "parallel",
         queues = place_sequential(tasks)
     elif placement == "parallel":
         P = num_programs or target.num_programs
-        queues, est = place_parallel(tasks, events, P, target.hbm_read_bw / P)
+        queues, est = place_parallel(tasks, events, P, target.hbm_read_bw / P, cfg.lane_stagger)
     else:
         raise ValueError(f"unknown placement {placement!r} (parallel | sequential)")
     timings["place"] = time.perf_counter() - t0

@@ -51,6 +51,7 @@ class TileConfig:
     attn_block: int = 16              # positions per inner step of attention (16 measured best of 16/32/64)
     attn_impl: str = "reduce"         # "reduce" (broadcast products) | "dot" (tl.dot, query group padded to 16)
     attn_cost_scale: float = 1.0      # the cost model's attention bytes x this (measured slower per byte than a matvec)
+    lane_stagger: float = 0.0         # placement: rank lane l's tasks l * this fused ops later (lanes out of phase)
     elem_block: int = 2048            # rows per elementwise task
     cost_context: int = 1024          # context length the cost model assumes for attention
 
