@@ -12,7 +12,12 @@ EMITS = ("ir", "ir-json", "tasks", "schedule", "source")
 
 
 def _model_args(p: argparse.ArgumentParser, default_config: str | None) -> None:
-    """Where the model comes from: a model file and a preset, or a checkpoint."""
+    """Where the model comes from: a model file and a preset, or a checkpoint. A command with a
+    default preset defaults to the example model file too."""
+    if default_config:
+        p.add_argument("model_file", nargs="?", default=os.path.join("examples", "laneformer.py"))
+    else:
+        p.add_argument("model_file", help="a Python file defining kogc_model(...), e.g. examples/laneformer.py")
     p.add_argument("--config", default=default_config, help="a preset of the model file, e.g. tiny | laneformer-2b")
     p.add_argument("--checkpoint", help="a directory with config.json and *.safetensors (instead of --config)")
     p.add_argument("--lanes", type=int, help="override the preset's num_lanes")
@@ -24,16 +29,14 @@ def _parser() -> argparse.ArgumentParser:
     c = sub.add_parser("compile", help="compile a model file for a target",
                        description="Trace the model of MODEL_FILE, lower it, and print a stage (--emit) "
                                    "or write the kernel and its reports (--out).")
-    c.add_argument("model_file", help="a Python file defining kogc_model(...), e.g. examples/laneformer.py")
-    c.add_argument("--target", required=True, help="h200 | mi300x")
     _model_args(c, None)
+    c.add_argument("--target", required=True, help="h200 | mi300x")
     c.add_argument("--emit", choices=EMITS, help="print this stage to stdout")
     c.add_argument("--out", help="write the compiled kernel, schedule and report to this directory")
     b = sub.add_parser("bench", help="time kogc's kernel against eager, one CUDA graph and torch.compile",
                        description="Measure, in one run on the same weights: kogc's monokernel, PyTorch eager "
                                    "(static KV cache), the whole step in one CUDA graph, torch.compile"
                                    "(max-autotune-no-cudagraphs) + one CUDA graph, and the memory floor.")
-    b.add_argument("model_file", nargs="?", default=os.path.join("examples", "laneformer.py"))
     _model_args(b, "laneformer-2b")
     b.add_argument("--context", type=int, default=1024, help="tokens already in the KV cache (default 1024)")
     b.add_argument("--steps", type=int, default=100, help="decode steps per timed repetition (default 100)")
@@ -49,7 +52,6 @@ def _parser() -> argparse.ArgumentParser:
                        description="Compile the model, prefill the prompt, then generate up to N tokens in ONE "
                                    "kernel launch (sampling and the EOS test on the device), printing tokens as "
                                    "they arrive, then tokens/s and time to first token.")
-    r.add_argument("model_file", nargs="?", default=os.path.join("examples", "laneformer.py"))
     _model_args(r, "laneformer-2b")
     r.add_argument("--prompt-ids", required=True, help="comma-separated token ids, e.g. 1,2,3")
     r.add_argument("--max-new-tokens", type=int, default=32)

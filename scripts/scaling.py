@@ -60,7 +60,7 @@ def main(argv=None) -> list[dict]:
         del ck, model
         if gpu:
             torch.cuda.empty_cache()
-    print(f"| preset | parameters | context | ms/token | tok/s | floor tok/s | of floor |")
+    print("| preset | parameters | context | ms/token | tok/s | floor tok/s | of floor |")
     print("|---|---|---|---|---|---|---|")
     for r in rows:
         floor = f"{r['floor_tok_per_s']:.0f}" if r["floor_tok_per_s"] else "-"

@@ -1,8 +1,5 @@
 """The generated persistent kernel, run end to end under Triton's interpreter (CPU), against the IR
 reference executor and the eager model; the runtime's errors; ahead-of-time compilation."""
-import copy
-import os
-
 import pytest
 import torch
 from conftest import MODEL_FILE, rel_err, tiny

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..ir.executor import TORCH_DTYPES
+from ..scheduler.tile import ESIZE
 
 
 @dataclass
@@ -69,7 +69,7 @@ def read_bandwidth(gib: int = 2, reps: int = 10) -> float:
 def bytes_per_token(ck, pos: int) -> int:
     """What one decode step must read: every streamed weight, one embedding row, the norm scales,
     and the KV cache up to `pos` (keys and values of every layer and lane)."""
-    es = torch.tensor([], dtype=TORCH_DTYPES[ck.schedule.dtype]).element_size()
+    es = ESIZE[ck.schedule.dtype]
     weights = sum(t.weight.numel for t in ck.schedule.tasks if t.weight) * es
     emb_row = ck.buffers.EMB.shape[-1] * es if ck.buffers.EMB.dim() == 2 else 0
     kv = 0

@@ -110,6 +110,11 @@ class Graph:
                 g.add_edge(i, n.name)
         return g
 
+    @property
+    def weight_dtype(self) -> str:
+        """The model's dtype: that of its matvec weights."""
+        return next(n.type.dtype for n in self.nodes if n.op is Op.MATVEC)
+
     def count(self) -> dict[str, int]:
         c: dict[str, int] = {}
         for n in self.nodes:

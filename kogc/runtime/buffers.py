@@ -45,7 +45,7 @@ def pack_weights(schedule: Schedule, weights: dict[str, torch.Tensor], device) -
     dtype = TORCH_DTYPES[schedule.dtype]
     per_prog = schedule.weight_elems_per_program()
     offsets = np.concatenate([[0], np.cumsum(per_prog)]).astype(np.int64)
-    stream = torch.empty(int(offsets[-1]) + 16, dtype=dtype, pin_memory=False)
+    stream = torch.empty(int(offsets[-1]) + 16, dtype=dtype)
     host = {}
     for p, q in enumerate(schedule.queues):
         at = int(offsets[p])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ..ir.executor import execute, new_state
+from ..ir.executor import execute
 
 
 def diff_step(ck, weights: dict, state: dict, token: int, pos: int, rtol: float = 1e-3) -> list[str]:

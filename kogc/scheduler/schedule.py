@@ -37,8 +37,7 @@ class Schedule:
 
     @property
     def dtype(self) -> str:
-        """The model's dtype: that of its weights (every matvec has one)."""
-        return next(n.type.dtype for n in self.graph.nodes if n.op.value == "matvec")
+        return self.graph.weight_dtype
 
     @property
     def sample_event(self) -> int:
@@ -85,7 +84,7 @@ class Schedule:
             f"queue length min/mean/max {min(qlen)}/{sum(qlen) / len(qlen):.1f}/{max(qlen)}",
             f"weight bytes {total / 1e9:.3f} GB; per program min/mean/max "
             f"{min(wbytes) / 1e6:.2f}/{total / len(wbytes) / 1e6:.2f}/{max(wbytes) / 1e6:.2f} MB",
-            f"buffers: " + ", ".join(f"{a} {n}" for a, n in self.layout.sizes.items()) + " elements",
+            "buffers: " + ", ".join(f"{a} {n}" for a, n in self.layout.sizes.items()) + " elements",
         ]
         if self.placement == "parallel":
             floor = total / self.target.hbm_read_bw

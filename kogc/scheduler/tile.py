@@ -6,6 +6,7 @@ work is one task per lane and block of rows.
 """
 from __future__ import annotations
 
+import math
 import struct
 from dataclasses import dataclass, field
 
@@ -58,8 +59,7 @@ class TileConfig:
 
 def tile(graph: Graph, ops: list[FusedOp], cfg: TileConfig) -> tuple[list[Task], Layout]:
     by = graph.by_name()
-    dtype = next(n.type.dtype for n in graph.nodes if n.op is Op.MATVEC)
-    es = ESIZE[dtype]
+    es = ESIZE[graph.weight_dtype]
     lay = Layout()
     tasks: list[Task] = []
 
@@ -68,11 +68,11 @@ def tile(graph: Graph, ops: list[FusedOp], cfg: TileConfig) -> tuple[list[Task],
 
     def val(name):  # allocate a stored activation
         t = by[name].type
-        return lay.alloc(name, "act", _numel(t.shape), t.lanes)
+        return lay.alloc(name, "act", math.prod(t.shape), t.lanes)
 
     for n in graph.nodes:
         if n.op is Op.STATE:
-            lay.alloc(n.name, "kv", _numel(n.type.shape), n.type.lanes)
+            lay.alloc(n.name, "kv", math.prod(n.type.shape), n.type.lanes)
         elif n.op is Op.PARAM and len(n.type.shape) == 1:
             lay.alloc(n.name, "small", n.type.shape[0], n.type.lanes)
     lanes_of = lambda op: range(op.lanes) if op.lanes else [-1]  # noqa: E731
@@ -265,13 +265,6 @@ def _rows(N, K, es, tile_bytes, p) -> int:
         if N % rows or p["head_dim"] % rows:
             raise SchedulerError(f"cannot tile {N} rows with head_dim {p['head_dim']}")
     return rows
-
-
-def _numel(shape) -> int:
-    n = 1
-    for s in shape:
-        n *= s
-    return n
 
 
 def _next_pow2(x: int) -> int:
