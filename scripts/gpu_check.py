@@ -28,6 +28,9 @@ def main(argv=None) -> dict:
     ap.add_argument("--timing-steps", type=int, default=200)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--lanes", type=int)
+    ap.add_argument("--fp32-ref", action="store_true",
+                    help="also run the same weights upcast to fp32 and report how often kogc and eager fp16 each "
+                         "pick the fp32 model's argmax (who is off at near-ties)")
     args = ap.parse_args(argv)
     res = {"preset": args.preset, "date": time.strftime("%Y-%m-%d %H:%M"), "device": torch.cuda.get_device_name()}
     over = {"num_lanes": args.lanes} if args.lanes else {}
@@ -53,9 +56,16 @@ def main(argv=None) -> dict:
     res["first_launch_s"] = time.perf_counter() - t0
     ck.reset()
 
+    ref32 = None
+    if args.fp32_ref:
+        import copy
+        ref32 = copy.deepcopy(model).float().to("cuda")
+        ref32.reset_cache()
     eager = model.to("cuda")
     eager.reset_cache()
     errs, agree, tok, misses = [], 0, 1, []
+    err32 = {"kogc": [], "eager": []}
+    agree32 = {"kogc": 0, "eager": 0}
     with torch.no_grad():
         for pos in range(args.steps):
             ref_logits, ref_tok = eager(torch.tensor(tok, device="cuda"), torch.tensor(pos, device="cuda"))
@@ -68,7 +78,20 @@ def main(argv=None) -> dict:
                 misses.append({"pos": pos, "eager_top2_gap": float(top2[0] - top2[1]),
                                "eager_logit_gap_of_kogc_choice": float(ref.max() - ref[got]),
                                "fp16_spacing_at_max": float(torch.finfo(torch.float16).eps * abs(top2[0]))})
+            if ref32 is not None:
+                l32, t32 = ref32(torch.tensor(tok, device="cuda"), torch.tensor(pos, device="cuda"))
+                for name, (lg, tk) in {"kogc": (logits, got), "eager": (ref_logits, int(ref_tok))}.items():
+                    err32[name].append(float((lg.float() - l32.float()).norm() / l32.float().norm()))
+                    agree32[name] += int(tk == int(t32))
             tok = int(ref_tok)
+    if ref32 is not None:
+        for name in ("kogc", "eager"):
+            res[f"{name}_vs_fp32_mean_rel_err"] = sum(err32[name]) / len(err32[name])
+            res[f"{name}_vs_fp32_argmax_agreement"] = agree32[name] / args.steps
+        print(f"fp32 reference: kogc rel err {res['kogc_vs_fp32_mean_rel_err']:.2e} argmax "
+              f"{res['kogc_vs_fp32_argmax_agreement']:.3f}; eager fp16 rel err {res['eager_vs_fp32_mean_rel_err']:.2e} "
+              f"argmax {res['eager_vs_fp32_argmax_agreement']:.3f}", flush=True)
+        del ref32
     res["steps"] = args.steps
     res["max_rel_err"] = max(errs)
     res["mean_rel_err"] = sum(errs) / len(errs)
