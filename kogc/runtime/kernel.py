@@ -113,7 +113,7 @@ class CompiledKernel:
         self.epoch += nsteps
         launch = {} if self.interpret else dict(num_warps=self.num_warps, launch_cooperative_grid=True)
         with interpreter(self.interpret):
-            self.kernel[(len(self.schedule.queues),)](
+            self.compiled = self.kernel[(len(self.schedule.queues),)](
                 *self.buffers.kernel_args(out), int(token), int(pos), epoch0, self.watchdog_spins, int(nsteps),
                 int(eos), int(seed), float(temperature), int(top_k), float(top_p), MAXLEN=self.buffers.TABLE.shape[1], ROW=self.buffers.TABLE.shape[2],
                 PROFILE=self.profile, SAMPLE_EV=self.schedule.sample_event, **launch)
