@@ -56,11 +56,15 @@ def probe(ck, res, tag):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--preset", default="laneformer-2b")
+    ap.add_argument("--host-only", action="store_true", help="stop after the host-side diagnostics")
     args = ap.parse_args()
     model = lf.kogc_model(args.preset, seed=0)
     ck = kogc.compile(model, target="h200")
     res = {"preset": args.preset, "date": time.strftime("%Y-%m-%d %H:%M")}
     probe(ck, res, "plain")
+    host_diagnostics(ck, res)
+    if args.host_only:
+        return dump(res)
     pk = CompiledKernel(ck.ir, ck.schedule, weights_of(model, ck.ir), "cuda", False, profile=True)
     probe(pk, res, "profiled")
     for n in (1, 2):
@@ -70,9 +74,67 @@ def main():
         res[f"profile_nsteps{n}"] = s
         print(f"--- profile, last step of a {n}-step launch", flush=True)
         print(format_summary(s), flush=True)
+    dump(res)
+
+
+def dump(res):
     if os.environ.get("OUT"):
         with open(os.path.join(os.environ["OUT"], "launch_probe.json"), "w") as f:
             json.dump(res, f, indent=1, default=str)
+
+
+def host_diagnostics(ck, res):
+    """Why does enqueueing one launch take milliseconds? cProfile of the launch, the bare compiled
+    launcher, the function's local memory, and a launch without the cooperative attribute."""
+    import cProfile
+    import ctypes
+    import io
+    import pstats
+    prof = cProfile.Profile()
+    prof.enable()
+    for i in range(10):
+        ck.launch(1 + i, 10 + i)
+    prof.disable()
+    torch.cuda.synchronize()
+    buf = io.StringIO()
+    pstats.Stats(prof, stream=buf).sort_stats("tottime").print_stats(12)
+    res["cprofile"] = buf.getvalue()
+    print(buf.getvalue()[-3000:], flush=True)
+    c = ck.compiled
+    cuda = ctypes.CDLL("libcuda.so.1")
+    for name, attr in (("local_bytes", 3), ("shared_bytes", 1), ("regs", 4), ("max_threads", 0)):
+        v = ctypes.c_int()
+        rc = cuda.cuFuncGetAttribute(ctypes.byref(v), attr, ctypes.c_void_p(c.function))
+        res[f"func_{name}"] = v.value if rc == 0 else f"rc {rc}"
+    b = ck.buffers
+    args = [*b.kernel_args(), 1, 10, ck.epoch + 1, ck.watchdog_spins, 1, -1, 0, 0.0, 0, 1.0,
+            b.TABLE.shape[1], b.TABLE.shape[2], ck.profile, ck.schedule.sample_event]
+    grid = (len(ck.schedule.queues), 1, 1)
+    run = c[grid]
+    t0 = time.perf_counter()
+    for i in range(10):
+        args[12] = ck.epoch + 1
+        ck.epoch += 1
+        run(*args)
+    res["bare_launcher_host_ms"] = (time.perf_counter() - t0) * 1e3 / 10
+    torch.cuda.synchronize()
+    ck.raise_if_stuck()
+    # the same kernel without the cooperative attribute (a new compile: the option is in the key)
+    def plain_launch(i):
+        ck.epoch += 1
+        ck.kernel[(grid[0],)](*b.kernel_args(), 1 + i, 10 + i, ck.epoch, ck.watchdog_spins, 1, -1, 0, 0.0, 0, 1.0,
+                              MAXLEN=b.TABLE.shape[1], ROW=b.TABLE.shape[2], PROFILE=ck.profile,
+                              SAMPLE_EV=ck.schedule.sample_event, num_warps=ck.num_warps)
+    plain_launch(0)
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for i in range(10):
+        plain_launch(i)
+    res["noncooperative_host_ms"] = (time.perf_counter() - t0) * 1e3 / 10
+    torch.cuda.synchronize()
+    res["noncooperative_ms_per_step_20x"] = events_ms(lambda: [plain_launch(i) for i in range(20)]) / 20
+    ck.raise_if_stuck()
+    print({k: v for k, v in res.items() if k.startswith(("func_", "bare", "noncoop"))}, flush=True)
 
 
 if __name__ == "__main__":
