@@ -92,6 +92,12 @@ class CompiledKernel:
         self._logits = out.inputs[0]
         self.max_pos = next((op.p["max_pos"] for op in schedule.ops if op.kind == "attention"), 1 << 30)
         self.vocab = graph.by_name()[self._logits].type.shape[0]
+        # fixed for every launch: computed once (launch must stay cheap on the host)
+        self._grid = (len(schedule.queues),)
+        self._launch_options = dict(MAXLEN=self.buffers.TABLE.shape[1], ROW=self.buffers.TABLE.shape[2],
+                                    PROFILE=profile, SAMPLE_EV=schedule.sample_event)
+        if not interpret:
+            self._launch_options.update(num_warps=self.num_warps, launch_cooperative_grid=True)
 
     @property
     def logits_view(self) -> torch.Tensor:
@@ -109,14 +115,13 @@ class CompiledKernel:
         """Enqueue `nsteps` decode steps in one launch, from `token` at `pos` (no host synchronisation,
         no checks: see `step` and `generate`). Epochs advance by `nsteps`; after an early stop at EOS
         `generate` sets them to the steps actually run."""
+        # this runs once per token in a step loop: no per-task work here (it once cost 10 ms a launch)
         epoch0 = self.epoch + 1
         self.epoch += nsteps
-        launch = {} if self.interpret else dict(num_warps=self.num_warps, launch_cooperative_grid=True)
-        with interpreter(self.interpret):
-            self.compiled = self.kernel[(len(self.schedule.queues),)](
+        with interpreter(self.interpret) if self.interpret else contextlib.nullcontext():
+            self.compiled = self.kernel[self._grid](
                 *self.buffers.kernel_args(out), int(token), int(pos), epoch0, self.watchdog_spins, int(nsteps),
-                int(eos), int(seed), float(temperature), int(top_k), float(top_p), MAXLEN=self.buffers.TABLE.shape[1], ROW=self.buffers.TABLE.shape[2],
-                PROFILE=self.profile, SAMPLE_EV=self.schedule.sample_event, **launch)
+                int(eos), int(seed), float(temperature), int(top_k), float(top_p), **self._launch_options)
 
     def step(self, token: int, pos: int) -> tuple[torch.Tensor, int]:
         """One decode step in ONE launch: (logits [V] in the model's dtype, argmax token)."""
