@@ -56,7 +56,10 @@ def main(argv=None) -> list[dict]:
                    "floor_tok_per_s": bw / floor_bytes if bw else None,
                    "of_floor": floor_bytes / bw / (med * 1e-3) if bw else None}
             rows.append(row)
-            print(f"[scaling] {preset} context {context}: {med:.3f} ms", file=sys.stderr, flush=True)
+            share = f", {row['of_floor']:.0%} of floor" if bw else ""
+            print(f"[scaling] {preset} context {context}: {med:.3f} ms, {row['tok_per_s']:.1f} tok/s{share}",
+                  file=sys.stderr, flush=True)
+            save(bw, rows)   # after every row: a run cut short keeps what it measured
         del ck, model
         if gpu:
             torch.cuda.empty_cache()
@@ -67,10 +70,13 @@ def main(argv=None) -> list[dict]:
         share = f"{r['of_floor']:.0%}" if r["of_floor"] else "-"
         print(f"| {r['preset']} | {r['params'] / 1e9:.2f}B | {r['context']} | {r['ms_median']:.3f} | "
               f"{r['tok_per_s']:.1f} | {floor} | {share} |")
+    return rows
+
+
+def save(bw, rows):
     if os.environ.get("OUT"):
         with open(os.path.join(os.environ["OUT"], "scaling.json"), "w") as f:
             json.dump({"read_bw_Bps": bw, "rows": rows}, f, indent=1)
-    return rows
 
 
 if __name__ == "__main__":
