@@ -60,7 +60,7 @@ def main(argv=None) -> list[dict]:
             print(f"[scaling] {preset} context {context}: {med:.3f} ms, {row['tok_per_s']:.1f} tok/s{share}",
                   file=sys.stderr, flush=True)
             save(bw, rows)   # after every row: a run cut short keeps what it measured
-        del ck, model
+        ck = model = None   # free the GPU memory before the next preset
         if gpu:
             torch.cuda.empty_cache()
     print("| preset | parameters | context | ms/token | tok/s | floor tok/s | of floor |")
