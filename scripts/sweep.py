@@ -1,9 +1,13 @@
 """On a GPU: time kogc's kernel for several schedule settings on the same weights, in one run.
 
     python scripts/sweep.py --preset laneformer-2b --context 1024 --variants '[{"tile_bytes": 32768}, ...]'
+    TRITON_INTERPRET=1 python scripts/sweep.py --preset tiny --context 8,16 --steps 2 --variants '[{}, {"attn_impl": "dot"}]'
 Each variant is a dict of TileConfig fields plus optional "programs_per_unit", "num_warps" and
-"profile": true.
-Prints one line per variant and writes $OUT/sweep.json.
+"profile": true. `--context` takes a comma-separated list: every variant is timed at each.
+Correctness guard: at each context every variant's logits for the same token, position and KV cache
+are compared with eager PyTorch's and with the first variant's (relative error, same argmax), so a
+faster variant that computes something else shows up in the same run.
+Prints one line per variant and context and writes $OUT/sweep.json.
 """
 from __future__ import annotations
 
@@ -30,17 +34,40 @@ from kogc.targets import H200  # noqa: E402
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--preset", default="laneformer-2b")
-    ap.add_argument("--context", type=int, default=1024)
+    ap.add_argument("--context", default="1024", help="one context or several, comma-separated")
     ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--variants", default='[{}]')
     args = ap.parse_args()
     model = lf.kogc_model(args.preset, seed=0)
+    contexts = [int(c) for c in args.context.split(",")]
+    kv_fills = {}                 # the same random cache contents for every variant
     gen = torch.Generator().manual_seed(1)
-    for name, buf in model.named_buffers():
-        buf[:, :, :args.context].copy_(torch.randn(buf[:, :, :args.context].shape, generator=gen).to(buf.dtype))
-    bw = read_bandwidth()
+    for c in contexts:
+        kv_fills[c] = [torch.randn(buf[:, :, :c].shape, generator=gen).to(buf.dtype) for _, buf in model.named_buffers()]
+
+    def fill(ck, context):
+        for (_, buf), vals in zip(model.named_buffers(), kv_fills[context]):
+            buf.zero_()
+            buf[:, :, :context].copy_(vals)
+        fill_kv_from(ck, model)
+
+    gpu = torch.cuda.is_available()     # without one: a smoke run under the interpreter (no speed figures)
+    # the eager model's logits for token 7 at each context, on the same cache contents: every variant
+    # is checked against them (the guard that a faster variant still computes the model)
+    dev = "cuda" if gpu else "cpu"
+    eager = {}
+    with torch.no_grad():
+        model.to(dev)
+        for c in contexts:
+            for (_, buf), vals in zip(model.named_buffers(), kv_fills[c]):
+                buf.zero_()
+                buf[:, :, :c].copy_(vals.to(dev))
+            logits, tok = model(torch.tensor(7, device=dev), torch.tensor(c, device=dev))
+            eager[c] = (logits.float().cpu(), int(tok))
+        model.to("cpu")
+    bw = read_bandwidth() if gpu else float("nan")
     print(f"read bandwidth {bw / 1e12:.2f} TB/s", flush=True)
-    results = []
+    results, reference = [], {}
     for v in json.loads(args.variants):
         v = dict(v)
         ppu = v.pop("programs_per_unit", H200.programs_per_unit)
@@ -49,30 +76,46 @@ def main():
         cfg = dataclasses.replace(TileConfig(), **v)
         t0 = time.perf_counter()
         try:
-            ck = kogc.compile(model, tile_config=cfg, num_programs=H200.compute_units * ppu, profile=profile,
+            ck = kogc.compile(model, tile_config=cfg, num_programs=H200.compute_units * ppu if gpu else None, profile=profile,
                               num_warps=warps)
-            fill_kv_from(ck, model)
-            ms = time_steps(lambda i: ck.launch(1 + i % 50, args.context + i), args.steps, 3, "cuda")
-            ck.raise_if_stuck()
         except Exception as e:
             print(f"{v} ppu={ppu}: FAILED {type(e).__name__}: {str(e)[:300]}", flush=True)
             continue
-        floor = bytes_per_token(ck, args.context + args.steps // 2)
-        med = sorted(ms)[1]
-        row = {"variant": v, "programs_per_unit": ppu, "num_warps": warps, "profile": profile, "ms": ms,
-               "ms_median": med,
-               "tok_per_s": 1e3 / med, "of_floor": floor / bw / (med * 1e-3), "tasks": len(ck.schedule.tasks),
-               "waits": sum(len(t.waits) for t in ck.schedule.tasks), "compile_s": time.perf_counter() - t0}
-        if profile:
-            from kogc.runtime.profile import chrome_trace, format_summary, summarize
-            row["profile"] = summarize(ck)
-            print(format_summary(row["profile"]), flush=True)
-            if os.environ.get("OUT"):
-                chrome_trace(ck, os.path.join(os.environ["OUT"], "trace.json"))
-        print(f"{v} ppu={ppu} profile={profile}: {med:.3f} ms ({row['tok_per_s']:.0f} tok/s, "
-              f"{row['of_floor']:.0%} of floor), {row['tasks']} tasks, {row['waits']} waits", flush=True)
-        results.append(row)
-        del ck
+        compile_s = time.perf_counter() - t0
+        for context in contexts:
+            try:
+                fill(ck, context)
+                logits, tok = ck.step(7, context)
+                ms = time_steps(lambda i: ck.launch(1 + i % 50, context + 1 + i), args.steps, 3, "cuda" if gpu else "cpu")
+                ck.raise_if_stuck()
+            except Exception as e:
+                print(f"{v} ppu={ppu} context {context}: FAILED {type(e).__name__}: {str(e)[:300]}", flush=True)
+                continue
+            ref = reference.setdefault(context, (logits.float(), tok))
+            rel = float((logits.float() - ref[0]).norm() / ref[0].norm())
+            e_logits, e_tok = eager[context]
+            rel_eager = float((logits.float().cpu() - e_logits).norm() / e_logits.norm())
+            floor = bytes_per_token(ck, context + args.steps // 2)
+            med = sorted(ms)[1]
+            row = {"variant": v, "context": context, "programs_per_unit": ppu, "num_warps": warps,
+                   "profile": profile, "ms": ms, "ms_median": med, "tok_per_s": 1e3 / med,
+                   "of_floor": floor / bw / (med * 1e-3), "tasks": len(ck.schedule.tasks),
+                   "waits": sum(len(t.waits) for t in ck.schedule.tasks), "compile_s": compile_s,
+                   "rel_err_vs_first_variant": rel, "same_token_as_first_variant": tok == ref[1],
+                   "rel_err_vs_eager": rel_eager, "same_token_as_eager": tok == e_tok,
+                   "regs_spills": [getattr(ck.compiled, "n_regs", None), getattr(ck.compiled, "n_spills", None)]}
+            if profile:
+                from kogc.runtime.profile import chrome_trace, format_summary, summarize
+                row["profile"] = summarize(ck)
+                print(format_summary(row["profile"]), flush=True)
+                if os.environ.get("OUT"):
+                    chrome_trace(ck, os.path.join(os.environ["OUT"], f"trace-{context}.json"))
+            print(f"{v} ppu={ppu} context {context}: {med:.3f} ms ({row['tok_per_s']:.0f} tok/s, "
+                  f"{row['of_floor']:.0%} of floor), {row['tasks']} tasks, {row['waits']} waits, "
+                  f"regs/spills {row['regs_spills']}, vs eager: rel err {rel_eager:.1e}, same token {tok == e_tok}; "
+                  f"vs first variant: rel err {rel:.1e}", flush=True)
+            results.append(row)
+        ck = None   # free its buffers before the next variant
         torch.cuda.empty_cache()
     if os.environ.get("OUT"):
         with open(os.path.join(os.environ["OUT"], "sweep.json"), "w") as f:

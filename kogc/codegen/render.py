@@ -22,7 +22,8 @@ def render(schedule: Schedule, kernel_name: str = KERNEL_NAME) -> str:
         model=schedule.graph.meta.get("model", "model"), target=schedule.target.name,
         num_programs=len(schedule.queues), num_tasks=len(schedule.tasks), variants=schedule.variants,
         nargs=T.NARGS, header=HEADER, A=ARG_NAMES, kernel_name=kernel_name, timer_asm=schedule.target.timer_asm,
-        walign=weight_alignment(schedule), aalign=activation_alignment(schedule))
+        walign=weight_alignment(schedule), aalign=activation_alignment(schedule),
+        kalign=attention_alignment(schedule))
 
 
 def _pow2_divisor(values, cap: int = 16) -> int:
@@ -42,6 +43,13 @@ def activation_alignment(schedule: Schedule) -> int:
     """The common power of two of every vector offset in matvec tasks' arguments."""
     return _pow2_divisor(v for t in schedule.tasks if t.kind == "matvec"
                          for v in (t.args[T.A_X], t.args[T.A_X2], t.args[T.A_OUT], t.args[T.A_H]))
+
+
+def attention_alignment(schedule: Schedule) -> int:
+    """The common power of two of attention's query and cache offsets (derived, never assumed: a
+    wrong hint would make misaligned wide loads)."""
+    return _pow2_divisor(v for t in schedule.tasks if t.kind == "attention"
+                         for v in (t.args[T.A_X], t.args[T.A_X2], t.args[T.A_CACHE]))
 
 
 def signature(schedule: Schedule) -> tuple[dict[str, str], dict[str, object]]:
