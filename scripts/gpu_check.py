@@ -2,6 +2,7 @@
 time it, and record memory. Prints a summary line and writes JSON to $OUT (or ./out) if set.
 
     python scripts/gpu_check.py [--preset laneformer-2b] [--steps 256] [--lanes L] [--timing-steps 200]
+        [--fp32-ref] [--tile-config '{"attn_impl": "dot", "attn_block": 64}']
 """
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--timing-steps", type=int, default=200)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--lanes", type=int)
+    ap.add_argument("--tile-config", help="JSON of TileConfig fields to use instead of the defaults")
     ap.add_argument("--fp32-ref", action="store_true",
                     help="also run the same weights upcast to fp32 and report how often kogc and eager fp16 each "
                          "pick the fp32 model's argmax (who is off at near-ties)")
@@ -40,7 +42,13 @@ def main(argv=None) -> dict:
     torch.cuda.synchronize()
     mem0 = torch.cuda.memory_allocated()
     t0 = time.perf_counter()
-    ck = kogc.compile(model, target="h200")
+    cfg = None
+    if args.tile_config:
+        import dataclasses
+        from kogc.scheduler import TileConfig
+        cfg = dataclasses.replace(TileConfig(), **json.loads(args.tile_config))
+        res["tile_config"] = json.loads(args.tile_config)
+    ck = kogc.compile(model, target="h200", tile_config=cfg)
     res["compile_s"] = time.perf_counter() - t0
     res["schedule_report"] = ck.schedule.report()
     print(res["schedule_report"], flush=True)
