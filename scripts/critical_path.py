@@ -1,0 +1,110 @@
+"""No GPU needed: how long should a step of a schedule take, given measured task times? Two answers
+from the same task graph, each a longest path:
+
+- "as scheduled": every program runs its queue in order; a task starts when the task before it in
+  its queue has ended and every event it waits on is complete, plus a publish-to-acquire latency.
+  This is the kernel's own semantics; if it matches the measured step time, the model can rank
+  placements offline.
+- "data only": the same without queues (one program per task): the dependency chain itself, the
+  bound no placement can beat.
+
+Task body times come from a `%globaltimer` profile summary (per task kind, e.g. the launch probe's).
+
+    python scripts/critical_path.py --preset laneformer-2b \
+        [--profile docs/results/2026-11-29-launch_probe.json] [--latency-us 0.5,1,2,4] [--tile-config JSON]
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+from collections import defaultdict
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path[:0] = [os.path.join(ROOT, "examples"), ROOT]
+import laneformer as lf  # noqa: E402
+
+from kogc.frontend import to_ir  # noqa: E402
+from kogc.scheduler import TileConfig, build_schedule  # noqa: E402
+from kogc.targets import get_target  # noqa: E402
+
+
+def kind_key(t) -> str:
+    """The profile summary's key for a task (kogc.runtime.profile.summarize)."""
+    return t.kind if t.kind != "matvec" else f"matvec/{t.variant[3]}/{t.variant[4]}"
+
+
+def longest_path(schedule, body_us, latency_us: float, queues: bool) -> tuple[float, dict]:
+    """End time of the last task (us), and the latest end per task kind."""
+    tasks, events = schedule.tasks, schedule.events
+    end = [0.0] * len(tasks)
+    if queues:
+        remaining = [len(e.tasks) for e in events]       # producers not yet ended, per event
+        done_at = [0.0] * len(events)
+        heads = [0] * len(schedule.queues)
+        last = [0.0] * len(schedule.queues)               # end of the program's previous task
+        left = len(tasks)
+        while left:
+            moved = False
+            for p, q in enumerate(schedule.queues):      # advance each queue as far as its waits allow
+                while heads[p] < len(q):
+                    t = tasks[q[heads[p]]]
+                    if any(remaining[g] for g, _ in t.waits):
+                        break
+                    start = max([last[p]] + [done_at[g] + latency_us for g, _ in t.waits])
+                    end[t.id] = last[p] = start + body_us[kind_key(t)]
+                    if t.group >= 0:
+                        remaining[t.group] -= 1
+                        done_at[t.group] = max(done_at[t.group], end[t.id])
+                    heads[p] += 1
+                    left -= 1
+                    moved = True
+            if not moved:
+                raise RuntimeError("the queues deadlock (the scheduler's check should have refused this)")
+    else:                                               # one program per task: only the exact producers
+        for t in tasks:                                 # task ids follow the graph's order
+            assert all(d < t.id for d in t.deps), f"task {t.id} depends on a later task"
+            start = max((end[d] + latency_us for d in t.deps), default=0.0)
+            end[t.id] = start + body_us[kind_key(t)]
+    latest = defaultdict(float)
+    for t in tasks:
+        latest[kind_key(t)] = max(latest[kind_key(t)], end[t.id])
+    return max(end), dict(latest)
+
+
+def main(argv=None) -> dict:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--preset", default="laneformer-2b")
+    ap.add_argument("--profile", default=os.path.join(ROOT, "docs", "results", "2026-11-29-launch_probe.json"))
+    ap.add_argument("--profile-key", default="profile_nsteps1", help="where the summary sits in that JSON")
+    ap.add_argument("--latency-us", default="1.0", help="publish -> acquire latency per wait (comma-separated: several)")
+    ap.add_argument("--tile-config", help="JSON of TileConfig fields")
+    args = ap.parse_args(argv)
+    with open(args.profile) as f:
+        prof = json.load(f)
+    summary = prof[args.profile_key] if args.profile_key else prof
+    body_us = {k: v["body_us_mean"] for k, v in summary["per_kind"].items()}
+    cfg = dataclasses.replace(TileConfig(), **json.loads(args.tile_config)) if args.tile_config else TileConfig()
+    model = lf.kogc_model(args.preset, seed=0)
+    schedule = build_schedule(to_ir(model), get_target("h200"), "parallel", cfg)
+    missing = {kind_key(t) for t in schedule.tasks} - set(body_us)
+    if missing:
+        raise SystemExit(f"the profile has no body time for task kinds {sorted(missing)}")
+    total = sum(body_us[kind_key(t)] for t in schedule.tasks)
+    res = {"measured_span_us": summary.get("span_us"), "balanced_bound_us": total / len(schedule.queues), "rows": []}
+    print(f"{args.preset}: {len(schedule.tasks)} tasks on {len(schedule.queues)} programs; measured step span "
+          f"(profile) {res['measured_span_us'] or float('nan'):.1f} us; all bodies / programs (perfect balance) "
+          f"{res['balanced_bound_us']:.1f} us")
+    print("latency us | as scheduled (queues + waits) us | data only (the chain) us")
+    for lat in (float(x) for x in args.latency_us.split(",")):
+        sched, _ = longest_path(schedule, body_us, lat, True)
+        chain, _ = longest_path(schedule, body_us, lat, False)
+        res["rows"].append({"latency_us": lat, "as_scheduled_us": sched, "data_only_us": chain})
+        print(f"{lat:10.2f} | {sched:31.1f} | {chain:24.1f}", flush=True)
+    return res
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,38 @@
+"""scripts/critical_path.py: the schedule simulator that turns measured task times into a step time."""
+import os
+import sys
+
+from conftest import tiny
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts"))
+import critical_path as cp  # noqa: E402
+
+from kogc.frontend import to_ir  # noqa: E402
+from kogc.scheduler import build_schedule  # noqa: E402
+from kogc.targets import get_target  # noqa: E402
+
+
+def _schedule(placement, **kw):
+    return build_schedule(to_ir(tiny(num_lanes=2)), get_target("h200"), placement, **kw)
+
+
+def test_one_queue_takes_the_sum_of_its_tasks():
+    s = _schedule("sequential")
+    body = {cp.kind_key(t): 1.0 for t in s.tasks}
+    total, _ = cp.longest_path(s, body, 0.0, queues=True)
+    assert total == len(s.tasks)
+    # every wait adds the latency only where it delays a task: at most once per task
+    with_latency, _ = cp.longest_path(s, body, 0.5, queues=True)
+    assert len(s.tasks) <= with_latency <= len(s.tasks) * 1.5
+
+
+def test_bounds_are_ordered():
+    s = _schedule("parallel", num_programs=8)
+    body = {cp.kind_key(t): 1.0 + 0.1 * len(cp.kind_key(t)) for t in s.tasks}
+    sched, latest = cp.longest_path(s, body, 1.0, queues=True)
+    chain, _ = cp.longest_path(s, body, 1.0, queues=False)
+    balanced = sum(body[cp.kind_key(t)] for t in s.tasks) / len(s.queues)
+    assert chain <= sched and balanced <= sched
+    assert max(latest.values()) == sched
+    # the chain alone: argmax comes last, after embed
+    assert latest["argmax"] == max(latest.values())
