@@ -36,6 +36,18 @@ def test_kernel_equals_ir_and_eager_fp32_16_steps(lanes):
         assert nxt == ir_nxt == eager_nxt
 
 
+@pytest.mark.parametrize("lanes,ffn,dtype", [(2, 96, torch.float32), (1, 100, torch.float32),
+                                              (2, 160, torch.float16)])
+def test_ffn_width_not_a_power_of_two(lanes, ffn, dtype):
+    # e.g. Llama-3-8B's 14336 over 8 lanes is 1792 per lane: W2's input is held in the next power
+    # of two of lanes, the rest masked (K = 48, 100, 80 here)
+    model = tiny(seed=31, num_lanes=lanes, intermediate_size=ffn, dtype=dtype)
+    tol = 1e-5 if dtype == torch.float32 else 1e-2
+    for pos, logits, nxt, ir, ir_nxt, eager, eager_nxt in run_against_references(model, 4, seed=5):
+        assert rel_err(logits, ir) < tol and rel_err(logits, eager) < tol, f"pos {pos}"
+        assert nxt == ir_nxt
+
+
 def test_kernel_fp16_close_to_eager():
     model = tiny(seed=7, num_lanes=2, broadcast_delay=2, dtype=torch.float16)
     agree = 0
@@ -116,6 +128,31 @@ def test_aot_compile_for_both_targets(tmp_path, capsys, target, binary, magic):
     for name in ("kernel.py", "schedule.json", "report.txt", "ir.txt"):
         assert (tmp_path / name).stat().st_size > 0
     assert "tasks" in (tmp_path / "report.txt").read_text()
+
+
+def test_aot_ffn_width_not_a_power_of_two(tmp_path):
+    # the masked matvec compiles for sm_90 with loads as wide as the power-of-two kernel's
+    # (3584 / 2 lanes = 1792, as Llama-3-8B's 14336 over 8 lanes)
+    from kogc.codegen.aot import compile_kernel, disassembly_summary
+    from kogc.codegen.render import KERNEL_NAME, render, signature
+    from kogc.frontend import to_ir
+    from kogc.scheduler import build_schedule
+    from kogc.targets import H200
+    widths = {}
+    for ffn in (4096, 3584):
+        model = tiny(num_lanes=2, hidden_size=512, num_attention_heads=4, num_key_value_heads=2,
+                     intermediate_size=ffn, dtype=torch.float16)
+        s = build_schedule(to_ir(model), H200)
+        masked = [v for v in s.variants if v[0] == "matvec" and len(v) > 9]
+        assert (ffn == 3584) == bool(masked) and all(v[2] == 1792 and v[9] == 2048 for v in masked)
+        (tmp_path / f"{ffn}.py").write_text(render(s))
+        sig, consts = signature(s)
+        arts = compile_kernel(str(tmp_path / f"{ffn}.py"), KERNEL_NAME, sig, consts, "h200",
+                              str(tmp_path / f"sm_90_{ffn}"), num_warps=H200.num_warps)
+        summary = disassembly_summary(arts)
+        assert summary["spill_store_bytes"] == 0
+        widths[ffn] = summary["ld_global_bits"]
+    assert widths[3584] == widths[4096] and widths[3584][128] > 0
 
 
 @pytest.mark.parametrize("stage,needle", [("tasks", "matvec/"), ("schedule", "programs"),

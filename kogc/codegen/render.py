@@ -17,6 +17,14 @@ _ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(os.path.join(os.path.di
 ARG_NAMES = SimpleNamespace(**{name[2:]: getattr(T, name) for name in dir(T) if name.startswith("A_")})
 
 
+def _pow2_part(k: int, cap: int = 16) -> int:
+    """The largest power of two <= cap dividing k (a matvec row's alignment within a weight tile)."""
+    return _pow2_divisor([k], cap)
+
+
+_ENV.filters["kalign"] = _pow2_part
+
+
 def render(schedule: Schedule, kernel_name: str = KERNEL_NAME) -> str:
     return _ENV.get_template("monokernel.py.j2").render(
         model=schedule.graph.meta.get("model", "model"), target=schedule.target.name,

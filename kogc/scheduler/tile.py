@@ -129,9 +129,10 @@ def tile(graph: Graph, ops: list[FusedOp], cfg: TileConfig) -> tuple[list[Task],
 def _tile_matvec(op, by, lay, val, new, cfg, es, lanes_of):
     p = op.p
     N, K = p["n"], p["k"]
-    _pow2(K, "matvec input size", op)
-    rows = _rows(N, K, es, cfg.tile_bytes, p)
     epi, pro = p["epilogue"], p["prologue"]
+    if pro in ("rmsnorm", ATTN_COMBINE):      # these prologues reduce over K whole (norm, heads)
+        _pow2(K, "matvec input size", op)
+    rows = _rows(N, K, es, cfg.tile_bytes, p)
     if p["out"]:
         val(p["out"])
     if epi == RESIDUAL:
@@ -152,6 +153,8 @@ def _tile_matvec(op, by, lay, val, new, cfg, es, lanes_of):
         _too_many(op)
     term = terms[0] if terms else None
     variant = ("matvec", rows, K, pro, epi, hd) + variant_extra + (op.lanes,)
+    if not is_pow2(K):      # Triton's ranges are powers of two: K is held in KP lanes, the rest masked
+        variant += (_next_pow2(K),)
     wname = by[p["w"]].attrs["name"]
     for l in lanes_of(op):
         x_reads, x_args = _prologue(op, by, lay, l, K, cfg)
