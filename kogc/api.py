@@ -14,12 +14,17 @@ INTERPRETER_TILES = TileConfig(tile_bytes=1 << 20, attn_splits=2, attn_block=16,
 
 def compile(module: torch.nn.Module, target: str = "h200", device: str | None = None,
             interpret: bool | None = None, tile_config: TileConfig | None = None,
-            num_programs: int | None = None, profile: bool = False, num_warps: int | None = None) -> CompiledKernel:
+            num_programs: int | None = None, profile: bool = False, num_warps: int | None = None,
+            max_registers: int | None = None) -> CompiledKernel:
     """Compile a decode-step module into one persistent kernel.
 
     On a machine with a CUDA GPU the kernel runs there (parallel placement, all programs resident).
     Without one, or with interpret=True, the same generated kernel runs under Triton's interpreter on
-    CPU with a sequential placement (one queue in topological order)."""
+    CPU with a sequential placement (one queue in topological order).
+
+    Tuning knobs (GPU): tile_config (task sizes, attention), num_programs (the persistent grid; at most
+    what the cooperative launch can keep resident), num_warps per program, max_registers (a ptxas
+    cap per thread, so that more programs fit an SM; spills if set too low)."""
     tgt = get_target(target)
     if interpret is None:
         interpret = not (torch.cuda.is_available() and tgt.vendor == "nvidia")
@@ -29,4 +34,4 @@ def compile(module: torch.nn.Module, target: str = "h200", device: str | None = 
     cfg = tile_config or (INTERPRETER_TILES if interpret else TileConfig())
     schedule = build_schedule(graph, tgt, placement, cfg, num_programs=num_programs)
     return CompiledKernel(graph, schedule, weights_of(module, graph), device, interpret, profile=profile,
-                          num_warps=num_warps or tgt.num_warps)
+                          num_warps=num_warps or tgt.num_warps, max_registers=max_registers)

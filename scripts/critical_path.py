@@ -36,9 +36,11 @@ def kind_key(t) -> str:
     return t.kind if t.kind != "matvec" else f"matvec/{t.variant[3]}/{t.variant[4]}"
 
 
-def longest_path(schedule, body_us, latency_us: float, queues: bool) -> tuple[float, dict]:
-    """End time of the last task (us), and the latest end per task kind."""
+def longest_path(schedule, body_us, latency_us: float, queues: bool, task_us=None) -> tuple[float, dict]:
+    """End time of the last task (us), and the latest end per task kind. Task durations: task_us[id]
+    if given (measured per task), else body_us[kind]."""
     tasks, events = schedule.tasks, schedule.events
+    dur = task_us if task_us is not None else [body_us[kind_key(t)] for t in tasks]
     end = [0.0] * len(tasks)
     if queues:
         remaining = [len(e.tasks) for e in events]       # producers not yet ended, per event
@@ -54,7 +56,7 @@ def longest_path(schedule, body_us, latency_us: float, queues: bool) -> tuple[fl
                     if any(remaining[g] for g, _ in t.waits):
                         break
                     start = max([last[p]] + [done_at[g] + latency_us for g, _ in t.waits])
-                    end[t.id] = last[p] = start + body_us[kind_key(t)]
+                    end[t.id] = last[p] = start + dur[t.id]
                     if t.group >= 0:
                         remaining[t.group] -= 1
                         done_at[t.group] = max(done_at[t.group], end[t.id])
@@ -67,7 +69,7 @@ def longest_path(schedule, body_us, latency_us: float, queues: bool) -> tuple[fl
         for t in tasks:                                 # task ids follow the graph's order
             assert all(d < t.id for d in t.deps), f"task {t.id} depends on a later task"
             start = max((end[d] + latency_us for d in t.deps), default=0.0)
-            end[t.id] = start + body_us[kind_key(t)]
+            end[t.id] = start + dur[t.id]
     latest = defaultdict(float)
     for t in tasks:
         latest[kind_key(t)] = max(latest[kind_key(t)], end[t.id])
@@ -81,6 +83,8 @@ def main(argv=None) -> dict:
     ap.add_argument("--profile-key", default="profile_nsteps1", help="where the summary sits in that JSON")
     ap.add_argument("--latency-us", default="1.0", help="publish -> acquire latency per wait (comma-separated: several)")
     ap.add_argument("--tile-config", help="JSON of TileConfig fields")
+    ap.add_argument("--task-times", help="per-task timestamps (.npz from sweep.py with \"profile\": true, same "
+                                         "preset and settings): replay each task's own body time, not its kind's mean")
     args = ap.parse_args(argv)
     with open(args.profile) as f:
         prof = json.load(f)
@@ -92,15 +96,25 @@ def main(argv=None) -> dict:
     missing = {kind_key(t) for t in schedule.tasks} - set(body_us)
     if missing:
         raise SystemExit(f"the profile has no body time for task kinds {sorted(missing)}")
-    total = sum(body_us[kind_key(t)] for t in schedule.tasks)
+    task_us = None
+    if args.task_times:
+        import numpy as np
+        data = np.load(args.task_times)
+        if len(data["ids"]) != len(schedule.tasks):
+            raise SystemExit(f"{args.task_times} has {len(data['ids'])} tasks, this schedule {len(schedule.tasks)}: "
+                             f"not the same preset and settings")
+        task_us = [0.0] * len(schedule.tasks)
+        for tid, (t0, t1, t2) in zip(data["ids"], data["ts"]):
+            task_us[int(tid)] = (t2 - t1) / 1e3
+    total = sum(task_us) if task_us else sum(body_us[kind_key(t)] for t in schedule.tasks)
     res = {"measured_span_us": summary.get("span_us"), "balanced_bound_us": total / len(schedule.queues), "rows": []}
     print(f"{args.preset}: {len(schedule.tasks)} tasks on {len(schedule.queues)} programs; measured step span "
           f"(profile) {res['measured_span_us'] or float('nan'):.1f} us; all bodies / programs (perfect balance) "
           f"{res['balanced_bound_us']:.1f} us")
     print("latency us | as scheduled (queues + waits) us | data only (the chain) us")
     for lat in (float(x) for x in args.latency_us.split(",")):
-        sched, _ = longest_path(schedule, body_us, lat, True)
-        chain, _ = longest_path(schedule, body_us, lat, False)
+        sched, _ = longest_path(schedule, body_us, lat, True, task_us)
+        chain, _ = longest_path(schedule, body_us, lat, False, task_us)
         res["rows"].append({"latency_us": lat, "as_scheduled_us": sched, "data_only_us": chain})
         print(f"{lat:10.2f} | {sched:31.1f} | {chain:24.1f}", flush=True)
     return res

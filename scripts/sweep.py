@@ -2,8 +2,8 @@
 
     python scripts/sweep.py --preset laneformer-2b --context 1024 --variants '[{"tile_bytes": 32768}, ...]'
     TRITON_INTERPRET=1 python scripts/sweep.py --preset tiny --context 8,16 --steps 2 --variants '[{}, {"attn_impl": "dot"}]'
-Each variant is a dict of TileConfig fields plus optional "programs_per_unit", "num_warps" and
-"profile": true. `--context` takes a comma-separated list: every variant is timed at each.
+Each variant is a dict of TileConfig fields plus optional "programs_per_unit", "num_warps",
+"max_registers" (ptxas's cap per thread: 3 programs of 4 warps fit an SM at <= 168) and "profile": true. `--context` takes a comma-separated list: every variant is timed at each.
 Correctness guard: at each context every variant's logits for the same token, position and KV cache
 are compared with eager PyTorch's and with the first variant's (relative error, same argmax), so a
 faster variant that computes something else shows up in the same run.
@@ -73,11 +73,12 @@ def main():
         ppu = v.pop("programs_per_unit", H200.programs_per_unit)
         profile = v.pop("profile", False)
         warps = v.pop("num_warps", None)
+        maxreg = v.pop("max_registers", None)
         cfg = dataclasses.replace(TileConfig(), **v)
         t0 = time.perf_counter()
         try:
             ck = kogc.compile(model, tile_config=cfg, num_programs=H200.compute_units * ppu if gpu else None, profile=profile,
-                              num_warps=warps)
+                              num_warps=warps, max_registers=maxreg)
         except Exception as e:
             print(f"{v} ppu={ppu}: FAILED {type(e).__name__}: {str(e)[:300]}", flush=True)
             continue
@@ -98,6 +99,7 @@ def main():
             floor = bytes_per_token(ck, context + args.steps // 2)
             med = sorted(ms)[1]
             row = {"variant": v, "context": context, "programs_per_unit": ppu, "num_warps": warps,
+                   "max_registers": maxreg,
                    "profile": profile, "ms": ms, "ms_median": med, "tok_per_s": 1e3 / med,
                    "of_floor": floor / bw / (med * 1e-3), "tasks": len(ck.schedule.tasks),
                    "waits": sum(len(t.waits) for t in ck.schedule.tasks), "compile_s": compile_s,
@@ -109,7 +111,11 @@ def main():
                 row["profile"] = summarize(ck)
                 print(format_summary(row["profile"]), flush=True)
                 if os.environ.get("OUT"):
+                    import numpy as np
+                    from kogc.runtime.profile import timestamps
                     chrome_trace(ck, os.path.join(os.environ["OUT"], f"trace-{context}.json"))
+                    ids, ts = timestamps(ck)       # per task: for scripts/critical_path.py --task-times
+                    np.savez_compressed(os.path.join(os.environ["OUT"], f"task-times-{context}.npz"), ids=ids, ts=ts)
             print(f"{v} ppu={ppu} context {context}: {med:.3f} ms ({row['tok_per_s']:.0f} tok/s, "
                   f"{row['of_floor']:.0%} of floor), {row['tasks']} tasks, {row['waits']} waits, "
                   f"regs/spills {row['regs_spills']}, vs eager: rel err {rel_eager:.1e}, same token {tok == e_tok}; "

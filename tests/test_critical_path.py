@@ -24,6 +24,10 @@ def test_one_queue_takes_the_sum_of_its_tasks():
     # every wait adds the latency only where it delays a task: at most once per task
     with_latency, _ = cp.longest_path(s, body, 0.5, queues=True)
     assert len(s.tasks) <= with_latency <= len(s.tasks) * 1.5
+    # measured per-task times replace the per-kind means
+    per_task = [0.5 + (t.id % 3) for t in s.tasks]
+    total, _ = cp.longest_path(s, body, 0.0, queues=True, task_us=per_task)
+    assert total == sum(per_task)
 
 
 def test_bounds_are_ordered():

@@ -74,7 +74,7 @@ class CompiledKernel:
 
     def __init__(self, graph: Graph, schedule: Schedule, weights: dict[str, torch.Tensor], device: str,
                  interpret: bool, watchdog_spins: int | None = None, profile: bool = False,
-                 num_warps: int | None = None):
+                 num_warps: int | None = None, max_registers: int | None = None):
         if profile and (interpret or not schedule.target.timer_asm):
             where = "under the interpreter" if interpret else f"on {schedule.target.name}"
             raise KogcError(f"profiling needs a GPU timer: not available {where}")
@@ -98,6 +98,8 @@ class CompiledKernel:
                                     PROFILE=profile, SAMPLE_EV=schedule.sample_event)
         if not interpret:
             self._launch_options.update(num_warps=self.num_warps, launch_cooperative_grid=True)
+            if max_registers:   # ptxas cap: fewer registers per thread lets more programs share an SM
+                self._launch_options["maxnreg"] = max_registers
 
     @property
     def logits_view(self) -> torch.Tensor:
