@@ -46,7 +46,8 @@ def _simulate(tasks: list[Task], events: list[Event], queues: list[list[int]], p
     vc_event = np.zeros((len(events), P), dtype=np.int64)
     parked: dict[int, list[int]] = {}
     runnable = list(range(P))
-    deps = [np.asarray(t.deps, dtype=np.int64) for t in tasks]
+    as_array: dict[int, np.ndarray] = {}     # tasks with the same reads share one deps list
+    deps = [as_array.setdefault(id(t.deps), np.asarray(t.deps, dtype=np.int64)) for t in tasks]
     if prune:   # per event and program: how many of that queue's tasks must be done (slot + 1)
         need_vec = np.zeros((len(events), P), dtype=np.int64)
         for t in tasks:

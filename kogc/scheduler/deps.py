@@ -35,24 +35,33 @@ class WriteIndex:
             for r in t.writes:
                 by_region.setdefault((r.arena, r.start, r.end), []).append(t.id)
         self.starts: dict[str, list[int]] = {}
-        self.items: dict[str, list[tuple[int, int, list[int]]]] = {}
+        self.ends: dict[str, list[int]] = {}
+        self.flat: dict[str, list[int]] = {}        # every interval's writers, in interval order ...
+        self.offs: dict[str, list[int]] = {}        # ... interval k's are flat[offs[k]:offs[k + 1]]
         for (arena, s, e), ids in sorted(by_region.items()):
-            items = self.items.setdefault(arena, [])
-            if items and items[-1][1] > s:
-                raise SchedulerError(f"overlapping writes in arena {arena}: [{items[-1][0]}, {items[-1][1]}) by tasks "
-                                     f"{items[-1][2][:3]} and [{s}, {e}) by tasks {ids[:3]}")
-            items.append((s, e, ids))
+            ends = self.ends.setdefault(arena, [])
+            if ends and ends[-1] > s:
+                k = len(ends) - 1
+                prev = self.flat[arena][self.offs[arena][k]:]
+                raise SchedulerError(f"overlapping writes in arena {arena}: [{self.starts[arena][k]}, {ends[-1]}) by "
+                                     f"tasks {prev[:3]} and [{s}, {e}) by tasks {ids[:3]}")
             self.starts.setdefault(arena, []).append(s)
+            ends.append(e)
+            self.offs.setdefault(arena, [0])
+            self.flat.setdefault(arena, []).extend(ids)
+            self.offs[arena].append(len(self.flat[arena]))
 
     def writers(self, arena: str, start: int, end: int) -> list[int]:
-        starts, items = self.starts.get(arena, []), self.items.get(arena, [])
-        out: list[int] = []
+        """The tasks writing any element of [start, end): one slice of the flat list (intervals are
+        disjoint and sorted, so the overlapping ones are consecutive)."""
+        starts = self.starts.get(arena)
+        if not starts:
+            return []
         i = max(bisect.bisect_right(starts, start) - 1, 0)
-        while i < len(items) and items[i][0] < end:
-            if items[i][1] > start:
-                out.extend(items[i][2])
+        if self.ends[arena][i] <= start:
             i += 1
-        return out
+        j = bisect.bisect_left(starts, end)
+        return self.flat[arena][self.offs[arena][i]:self.offs[arena][j]] if i < j else []
 
 
 def derive(tasks: list[Task]) -> list[Event]:
@@ -69,21 +78,24 @@ def derive(tasks: list[Task]) -> list[Event]:
 
     index = WriteIndex(tasks)
     ancestors = [0] * len(events)     # bitset: events complete whenever this one is
+    # the tiles of one op and lane mostly read the same regions (all of h, say): derive the producers
+    # once per distinct read set (the lists are shared between tasks and never mutated)
+    by_reads: dict[tuple, tuple[list[int], list[int]]] = {}
     for t in tasks:
-        deps: set[int] = set()
-        for r in t.reads:
-            deps.update(index.writers(r.arena, r.start, r.end))
-        if any(d >= t.id for d in deps):
-            bad = next(d for d in deps if d >= t.id)
+        key = tuple(t.reads)
+        if key not in by_reads:
+            deps: set[int] = set()
+            for r in t.reads:
+                deps.update(index.writers(r.arena, r.start, r.end))
+            by_reads[key] = (sorted(deps), sorted({tasks[d].group for d in deps}))
+        t.deps, wanted = by_reads[key]
+        if t.deps and t.deps[-1] >= t.id:
+            bad = next(d for d in t.deps if d >= t.id)
             raise SchedulerError(f"task {t.id} ({t.op}) reads what a later task {bad} ({tasks[bad].op}) writes")
-        t.deps = sorted(deps)
-        wanted = {tasks[d].group for d in deps}
-        implied = 0
+        implied = reach = 0
         for g in wanted:
             implied |= ancestors[g]
-        t.waits = [(g, events[g].need) for g in sorted(wanted) if not (implied >> g) & 1]
-        reach = 0
-        for g in wanted:
             reach |= (1 << g) | ancestors[g]
+        t.waits = [(g, events[g].need) for g in wanted if not (implied >> g) & 1]
         ancestors[t.group] |= reach
     return events
