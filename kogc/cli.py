@@ -41,8 +41,10 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--context", type=int, default=1024, help="tokens already in the KV cache (default 1024)")
     b.add_argument("--steps", type=int, default=100, help="decode steps per timed repetition (default 100)")
     b.add_argument("--reps", type=int, default=5, help="repetitions; the table shows median and spread")
-    b.add_argument("--baselines", default="eager,cuda_graph,compile",
-                   help="comma-separated subset of eager,cuda_graph,compile ('' for none)")
+    b.add_argument("--baselines", default="eager,cuda_graph,compile,cuda_graph_trim",
+                   help="comma-separated subset of eager,cuda_graph,compile,cuda_graph_trim ('' for none); "
+                        "cuda_graph_trim: one CUDA graph of the model with its KV cache trimmed to the positions "
+                        "the bench uses (the fairer graph baseline)")
     b.add_argument("--json", help="also write the results to this file")
     b.add_argument("--profile", action="store_true",
                    help="also record per-task timestamps of one kogc step and print where the time goes")

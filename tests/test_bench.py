@@ -64,3 +64,24 @@ def test_profile_summary_from_timestamps():
         chrome_trace(ck, f.name)
         events = _json.load(open(f.name))["traceEvents"]
     assert len(events) == 2 * len(schedule.tasks)
+
+
+def test_trimmed_cache_baseline_is_the_same_function():
+    # the fairer graph baseline: same weights (shared), the cache cut to the positions in use
+    import torch
+    from conftest import tiny
+
+    from kogc.bench.stacks import trim_kv_cache
+    model = tiny(seed=4, num_lanes=2)
+    gen = torch.Generator().manual_seed(0)
+    for name, buf in model.named_buffers():
+        buf[:, :, :10].copy_(torch.randn(buf[:, :, :10].shape, generator=gen))
+    trimmed = trim_kv_cache(model, 16)
+    assert all(b.shape[2] == 16 for b in trimmed.buffers())
+    assert all(a.data_ptr() == b.data_ptr() for a, b in zip(model.parameters(), trimmed.parameters()))
+    with torch.no_grad():
+        for pos in (10, 11, 15):
+            full, tok = model(torch.tensor(3), torch.tensor(pos))
+            cut, tok_cut = trimmed(torch.tensor(3), torch.tensor(pos))
+            assert torch.allclose(full, cut, rtol=1e-5, atol=1e-6) and int(tok) == int(tok_cut)
+    assert next(model.buffers()).shape[2] == model.config.max_position_embeddings   # the original is intact

@@ -1,7 +1,25 @@
 """The usual stacks, each returning `run(i)` that performs one decode step."""
 from __future__ import annotations
 
+import copy
+
 import torch
+
+
+def trim_kv_cache(model, positions: int):
+    """A copy of `model` whose KV caches hold only the first `positions` positions (same weights,
+    shared): the same function at every position below that, but attention masks and reads only
+    them instead of the whole max_position_embeddings. The fairer baseline for a fixed-context bench:
+    a static-shape step (eager or one CUDA graph) must otherwise attend over the whole cache."""
+    memo = {id(t): t for t in list(model.parameters()) + list(model.buffers())}   # shared, not copied
+    trimmed = copy.deepcopy(model, memo)
+    for mod in trimmed.modules():
+        for name, buf in list(mod._buffers.items()):
+            if buf is not None and name.endswith(("k_cache", "v_cache")):
+                if buf.shape[2] < positions:
+                    raise ValueError(f"cannot trim {name} of {buf.shape[2]} positions to {positions}")
+                mod._buffers[name] = buf[:, :, :positions].clone()
+    return trimmed
 
 
 def _inputs(device: str, context: int):
@@ -47,3 +65,8 @@ def compiled_graph_step(model, device: str, context: int):
     tok, pos = _inputs(device, context)
     graph = _capture(compiled, tok, pos)
     return lambda i: graph.replay()
+
+
+def trimmed_graph_step(model, device: str, context: int, positions: int):
+    """One CUDA graph of the step with the KV cache trimmed to the positions the bench uses."""
+    return graph_step(trim_kv_cache(model, positions), device, context)
