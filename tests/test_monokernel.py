@@ -155,6 +155,28 @@ def test_aot_ffn_width_not_a_power_of_two(tmp_path):
     assert widths[3584] == widths[4096] and widths[3584][128] > 0
 
 
+def test_aot_attention_loads_are_wide(tmp_path):
+    # K/V rows must load 16 bytes at a time: with 16-bit loads (a lost alignment hint) the count of
+    # scalar loads grows with the attention block; with wide loads it does not
+    from kogc.codegen.aot import compile_kernel, disassembly_summary
+    from kogc.codegen.render import KERNEL_NAME, render, signature
+    from kogc.frontend import to_ir
+    from kogc.scheduler import TileConfig, build_schedule
+    from kogc.targets import H200
+    model = tiny(num_lanes=2, hidden_size=512, num_attention_heads=4, num_key_value_heads=2, dtype=torch.float16)
+    graph = to_ir(model)
+    bits = {}
+    for block in (16, 64):
+        s = build_schedule(graph, H200, tile_config=TileConfig(attn_impl="dot", attn_block=block))
+        (tmp_path / f"{block}.py").write_text(render(s))
+        sig, consts = signature(s)
+        arts = compile_kernel(str(tmp_path / f"{block}.py"), KERNEL_NAME, sig, consts, "h200",
+                              str(tmp_path / f"sm_90_{block}"), num_warps=H200.num_warps)
+        bits[block] = disassembly_summary(arts)["ld_global_bits"]
+    assert bits[64].get(16, 0) == bits[16].get(16, 0)          # no scalar load per cache element
+    assert bits[64][128] > bits[16][128]                       # the bigger block is more wide loads
+
+
 @pytest.mark.parametrize("stage,needle", [("tasks", "matvec/"), ("schedule", "programs"),
                                           ("source", "@triton.jit")])
 def test_cli_emits_stages(capsys, stage, needle):
