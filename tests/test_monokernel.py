@@ -177,6 +177,33 @@ def test_aot_attention_loads_are_wide(tmp_path):
     assert bits[64][128] > bits[16][128]                       # the bigger block is more wide loads
 
 
+def test_l2_prefetch_option(tmp_path):
+    # opt-in: each matvec asks L2 for the next bytes of its program's weight stream; off, the code is
+    # unchanged; a target without the instruction, or the interpreter, refuses it by name
+    from kogc.codegen.aot import compile_kernel
+    from kogc.codegen.render import KERNEL_NAME, render, signature
+    from kogc.frontend import to_ir
+    from kogc.scheduler import SchedulerError, TileConfig, build_schedule
+    from kogc.targets import H200, MI300X
+    model = tiny(num_lanes=2, hidden_size=256, dtype=torch.float16)
+    graph = to_ir(model)
+    counts = {}
+    for nbytes in (0, 32768):
+        s = build_schedule(graph, H200, tile_config=TileConfig(l2_prefetch=nbytes))
+        (tmp_path / f"{nbytes}.py").write_text(render(s))
+        sig, consts = signature(s)
+        arts = compile_kernel(str(tmp_path / f"{nbytes}.py"), KERNEL_NAME, sig, consts, "h200",
+                              str(tmp_path / f"sm_90_{nbytes}"), num_warps=H200.num_warps)
+        counts[nbytes] = open(arts["ptx"]).read().count("prefetch.global.L2")
+    assert counts[0] == 0 and counts[32768] > 0
+    with pytest.raises(SchedulerError, match="mi300x has no prefetch"):
+        render(build_schedule(graph, MI300X, tile_config=TileConfig(l2_prefetch=32768)))
+    with pytest.raises(SchedulerError, match="power of two"):
+        render(build_schedule(graph, H200, tile_config=TileConfig(l2_prefetch=1000)))
+    with pytest.raises(KogcError, match="interpreter"):
+        kogc.compile(model, tile_config=TileConfig(l2_prefetch=32768))
+
+
 @pytest.mark.parametrize("stage,needle", [("tasks", "matvec/"), ("schedule", "programs"),
                                           ("source", "@triton.jit")])
 def test_cli_emits_stages(capsys, stage, needle):

@@ -6,7 +6,8 @@ from types import SimpleNamespace
 
 import jinja2
 
-from ..scheduler import Schedule
+from ..scheduler import Schedule, SchedulerError
+from ..scheduler.tile import ESIZE
 from ..scheduler import tasks as T
 from ..scheduler.schedule import HEADER
 
@@ -31,7 +32,8 @@ def render(schedule: Schedule, kernel_name: str = KERNEL_NAME) -> str:
         num_programs=len(schedule.queues), num_tasks=len(schedule.tasks), variants=schedule.variants,
         nargs=T.NARGS, header=HEADER, A=ARG_NAMES, kernel_name=kernel_name, timer_asm=schedule.target.timer_asm,
         walign=weight_alignment(schedule), aalign=activation_alignment(schedule),
-        kalign=attention_alignment(schedule))
+        kalign=attention_alignment(schedule), prefetch_asm=schedule.target.l2_prefetch_asm,
+        prefetch_elems=prefetch_elements(schedule), line_elems=128 // ESIZE[schedule.dtype])
 
 
 def _pow2_divisor(values, cap: int = 16) -> int:
@@ -51,6 +53,18 @@ def activation_alignment(schedule: Schedule) -> int:
     """The common power of two of every vector offset in matvec tasks' arguments."""
     return _pow2_divisor(v for t in schedule.tasks if t.kind == "matvec"
                          for v in (t.args[T.A_X], t.args[T.A_X2], t.args[T.A_OUT], t.args[T.A_H]))
+
+
+def prefetch_elements(schedule: Schedule) -> int:
+    """How far ahead (elements of the weight stream, whole 128-byte lines) a matvec asks L2 for."""
+    nbytes = schedule.tile_config.l2_prefetch
+    if not nbytes:
+        return 0
+    if not schedule.target.l2_prefetch_asm:
+        raise SchedulerError(f"l2_prefetch: target {schedule.target.name} has no prefetch instruction in kogc")
+    if nbytes % 128 or nbytes & (nbytes - 1):
+        raise SchedulerError(f"l2_prefetch must be a power of two of at least 128 bytes, got {nbytes}")
+    return nbytes // ESIZE[schedule.dtype]
 
 
 def attention_alignment(schedule: Schedule) -> int:

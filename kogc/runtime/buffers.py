@@ -14,7 +14,7 @@ from ..scheduler import Schedule
 @dataclass
 class Buffers:
     W: torch.Tensor       # all programs' weight streams, one after another
-    WOFF: torch.Tensor    # int64 [programs]: where each program's stream starts
+    WOFF: torch.Tensor    # int64 [programs + 1]: where each program's stream starts; the last: the end
     TABLE: torch.Tensor
     QLEN: torch.Tensor
     ACT: torch.Tensor
@@ -59,7 +59,7 @@ def pack_weights(schedule: Schedule, weights: dict[str, torch.Tensor], device) -
             tile = (src[w.lane] if w.lane >= 0 else src)[w.row0:w.row0 + w.rows]
             stream[at:at + w.numel] = tile.reshape(-1)
             at += w.numel
-    return stream.to(device), torch.tensor(offsets[:-1], dtype=torch.int64, device=device)
+    return stream.to(device), torch.tensor(offsets, dtype=torch.int64, device=device)
 
 
 def allocate(schedule: Schedule, weights: dict[str, torch.Tensor], device, profile: bool = False) -> Buffers:

@@ -78,6 +78,8 @@ class CompiledKernel:
         if profile and (interpret or not schedule.target.timer_asm):
             where = "under the interpreter" if interpret else f"on {schedule.target.name}"
             raise KogcError(f"profiling needs a GPU timer: not available {where}")
+        if interpret and schedule.tile_config.l2_prefetch:
+            raise KogcError("l2_prefetch issues a GPU instruction: not available under the interpreter")
         self.ir, self.schedule, self.device, self.interpret = graph, schedule, torch.device(device), interpret
         self.source = render(schedule)
         self.kernel, self.source_path = load_kernel(self.source, interpret)

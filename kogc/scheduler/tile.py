@@ -55,6 +55,8 @@ class TileConfig:
     lane_stagger: float = 0.0         # placement: rank lane l's tasks l * this fused ops later (lanes out of phase)
     elem_block: int = 2048            # rows per elementwise task
     cost_context: int = 1024          # context length the cost model assumes for attention
+    l2_prefetch: int = 0              # bytes of the program's weight stream a matvec asks L2 for ahead of
+                                      # its own tile (0: off; needs a target with a prefetch instruction)
 
 
 def tile(graph: Graph, ops: list[FusedOp], cfg: TileConfig) -> tuple[list[Task], Layout]:

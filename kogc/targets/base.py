@@ -22,6 +22,7 @@ class Target:
     last_level_cache_bytes: int  # L2 on H200, Infinity Cache on MI300X
     dies: int = 1                # XCDs on MI300X: block i runs on die i % dies
     timer_asm: str = ""          # inline asm reading a ns clock into $0 (profiling); "" = not available
+    l2_prefetch_asm: str = ""    # inline asm asking L2 for the line at address $1 ($0: a dummy); "" = none
     notes: str = ""
 
     @property

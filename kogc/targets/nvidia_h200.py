@@ -9,5 +9,6 @@ H200 = Target(
     hbm_bytes=141 * 10**9, hbm_read_bw=4.25e12, hbm_bw_datasheet=4.8e12,
     l2_bytes=60 * 2**20, last_level_cache_bytes=60 * 2**20,
     timer_asm="mov.u64 $0, %globaltimer;",
+    l2_prefetch_asm="mov.u32 $0, 0; prefetch.global.L2 [$1];",
     notes="acquire: ld.global.acquire.gpu via atomic_add(0); publish: bar.sync then red.release.gpu",
 )
