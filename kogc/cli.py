@@ -21,6 +21,30 @@ def _model_args(p: argparse.ArgumentParser, default_config: str | None) -> None:
     p.add_argument("--config", default=default_config, help="a preset of the model file, e.g. tiny | laneformer-2b")
     p.add_argument("--checkpoint", help="a directory with config.json and *.safetensors (instead of --config)")
     p.add_argument("--lanes", type=int, help="override the preset's num_lanes")
+    p.add_argument("--tile-config", metavar="JSON",
+                   help='schedule settings instead of the defaults, e.g. \'{"attn_impl": "dot", "attn_block": 64}\' '
+                        "(fields of kogc.scheduler.TileConfig)")
+
+
+def _tile_config(text: str | None):
+    """--tile-config JSON -> a TileConfig (None: the defaults); a clear error for bad JSON or fields."""
+    if not text:
+        return None
+    import dataclasses
+    import json
+
+    from .scheduler import TileConfig
+    try:
+        fields = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise KogcError(f"--tile-config is not JSON ({e.msg} at character {e.pos}): {text!r}") from None
+    if not isinstance(fields, dict):
+        raise KogcError(f"--tile-config must be a JSON object of TileConfig fields, got {text!r}")
+    known = {f.name for f in dataclasses.fields(TileConfig)}
+    unknown = sorted(set(fields) - known)
+    if unknown:
+        raise KogcError(f"--tile-config: unknown field(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+    return dataclasses.replace(TileConfig(), **fields)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -104,7 +128,7 @@ def cmd_compile(args) -> int:
     from .scheduler import SchedulerError, build_schedule
     _progress(2, total, f"IR has {len(graph.nodes)} nodes; scheduling for {target.name}", t0)
     try:
-        schedule = build_schedule(graph, target)
+        schedule = build_schedule(graph, target, tile_config=_tile_config(args.tile_config))
     except SchedulerError as e:
         return _fail(str(e))
     _progress(3, total, f"{len(schedule.tasks)} tasks on {len(schedule.queues)} programs; generating code", t0)
@@ -181,7 +205,8 @@ def cmd_bench(args) -> int:
     try:
         res = run_bench(args.model_file, args.config if not args.checkpoint else None, context=args.context,
                         steps=args.steps, reps=args.reps, baselines=baselines, interpret=args.interpret,
-                        profile=args.profile, checkpoint=args.checkpoint, overrides=overrides)
+                        profile=args.profile, checkpoint=args.checkpoint, overrides=overrides,
+                        kogc_options={"tile_config": _tile_config(args.tile_config)})
     except ValueError as e:
         return _fail(str(e))
     print(format_table(res))
@@ -208,7 +233,7 @@ def cmd_run(args) -> int:
     model = build_model(args.model_file, preset=None if args.checkpoint else args.config, checkpoint=args.checkpoint,
                         **overrides)
     print(f"[run] built {args.checkpoint or args.config} ({time.perf_counter() - t0:.1f}s); compiling", file=sys.stderr)
-    ck = kogc_compile(model, interpret=args.interpret)
+    ck = kogc_compile(model, interpret=args.interpret, tile_config=_tile_config(args.tile_config))
     ck.check_generate(prompt, args.max_new_tokens, args.temperature, args.top_k, args.top_p, args.seed, args.eos_id)
     if not args.interpret:   # keep one-time work out of the timings: the kernel's first compile, the
         # step-closure proof (a walk over every task) and the pinned token buffer
@@ -239,10 +264,11 @@ def cmd_run(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from .scheduler import SchedulerError
     args = _parser().parse_args(argv)
     try:
         return {"compile": cmd_compile, "bench": cmd_bench, "run": cmd_run}[args.command](args)
-    except KogcError as e:
+    except (KogcError, SchedulerError) as e:   # the scheduler's refusals (sizes, settings) are user errors too
         return _fail(str(e))
     except BrokenPipeError:  # `kogc compile ... | head`
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -211,6 +211,20 @@ def test_cli_emits_stages(capsys, stage, needle):
     assert needle in capsys.readouterr().out
 
 
+def test_cli_tile_config(capsys):
+    # --tile-config reaches the scheduler; bad JSON, unknown fields and refused settings exit 2 by name
+    assert main(["compile", MODEL_FILE, "--target", "h200", "--config", "tiny", "--emit", "tasks",
+                 "--tile-config", '{"attn_splits": 4}']) == 0
+    out = capsys.readouterr().out
+    g, hd, splits = out.split(" attention/")[1].split()[0].split("/")[:3]      # the variant's fields
+    assert splits == "4"
+    for bad, needle in (("{nope", "not JSON"), ('{"attn_split": 4}', "unknown field(s) attn_split"),
+                        ('[1]', "JSON object"), ('{"attn_impl": "fast"}', "unknown attention implementation")):
+        assert main(["compile", MODEL_FILE, "--target", "h200", "--config", "tiny", "--emit", "tasks",
+                     "--tile-config", bad]) == 2
+        assert needle in capsys.readouterr().err
+
+
 def test_attention_with_tl_dot_equals_reference():
     import dataclasses
     from kogc.api import INTERPRETER_TILES
