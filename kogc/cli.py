@@ -27,24 +27,9 @@ def _model_args(p: argparse.ArgumentParser, default_config: str | None) -> None:
 
 
 def _tile_config(text: str | None):
-    """--tile-config JSON -> a TileConfig (None: the defaults); a clear error for bad JSON or fields."""
-    if not text:
-        return None
-    import dataclasses
-    import json
-
-    from .scheduler import TileConfig
-    try:
-        fields = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise KogcError(f"--tile-config is not JSON ({e.msg} at character {e.pos}): {text!r}") from None
-    if not isinstance(fields, dict):
-        raise KogcError(f"--tile-config must be a JSON object of TileConfig fields, got {text!r}")
-    known = {f.name for f in dataclasses.fields(TileConfig)}
-    unknown = sorted(set(fields) - known)
-    if unknown:
-        raise KogcError(f"--tile-config: unknown field(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
-    return dataclasses.replace(TileConfig(), **fields)
+    """--tile-config JSON -> a TileConfig (None: the defaults)."""
+    from .scheduler.tile import tile_config_from_json
+    return tile_config_from_json(text) if text else None
 
 
 def _parser() -> argparse.ArgumentParser:

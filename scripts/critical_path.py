@@ -16,7 +16,6 @@ Task body times come from a `%globaltimer` profile summary (per task kind, e.g. 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import sys
@@ -27,13 +26,11 @@ sys.path[:0] = [os.path.join(ROOT, "examples"), ROOT]
 import laneformer as lf  # noqa: E402
 
 from kogc.frontend import to_ir  # noqa: E402
+from kogc.runtime.profile import kind_key  # noqa: E402
+from kogc.scheduler.check import run_order  # noqa: E402
 from kogc.scheduler import TileConfig, build_schedule  # noqa: E402
+from kogc.scheduler.tile import tile_config_from_json  # noqa: E402
 from kogc.targets import get_target  # noqa: E402
-
-
-def kind_key(t) -> str:
-    """The profile summary's key for a task (kogc.runtime.profile.summarize)."""
-    return t.kind if t.kind != "matvec" else f"matvec/{t.variant[3]}/{t.variant[4]}"
 
 
 def longest_path(schedule, body_us, latency_us: float, queues: bool, task_us=None) -> tuple[float, dict]:
@@ -43,28 +40,14 @@ def longest_path(schedule, body_us, latency_us: float, queues: bool, task_us=Non
     dur = task_us if task_us is not None else [body_us[kind_key(t)] for t in tasks]
     end = [0.0] * len(tasks)
     if queues:
-        remaining = [len(e.tasks) for e in events]       # producers not yet ended, per event
-        done_at = [0.0] * len(events)
-        heads = [0] * len(schedule.queues)
-        last = [0.0] * len(schedule.queues)               # end of the program's previous task
-        left = len(tasks)
-        while left:
-            moved = False
-            for p, q in enumerate(schedule.queues):      # advance each queue as far as its waits allow
-                while heads[p] < len(q):
-                    t = tasks[q[heads[p]]]
-                    if any(remaining[g] for g, _ in t.waits):
-                        break
-                    start = max([last[p]] + [done_at[g] + latency_us for g, _ in t.waits])
-                    end[t.id] = last[p] = start + dur[t.id]
-                    if t.group >= 0:
-                        remaining[t.group] -= 1
-                        done_at[t.group] = max(done_at[t.group], end[t.id])
-                    heads[p] += 1
-                    left -= 1
-                    moved = True
-            if not moved:
-                raise RuntimeError("the queues deadlock (the scheduler's check should have refused this)")
+        done_at = [0.0] * len(events)                     # when each event's last producer ended
+        last = {}                                         # program -> end of its previous task
+        prog = {tid: p for p, q in enumerate(schedule.queues) for tid in q}
+        for tid in run_order(tasks, events, schedule.queues):    # waited events are complete by then
+            t = tasks[tid]
+            start = max([last.get(prog[tid], 0.0)] + [done_at[g] + latency_us for g, _ in t.waits])
+            end[tid] = last[prog[tid]] = start + dur[tid]
+            done_at[t.group] = max(done_at[t.group], end[tid])
     else:                                               # one program per task: only the exact producers
         for t in tasks:                                 # task ids follow the graph's order
             assert all(d < t.id for d in t.deps), f"task {t.id} depends on a later task"
@@ -90,7 +73,7 @@ def main(argv=None) -> dict:
         prof = json.load(f)
     summary = prof[args.profile_key] if args.profile_key else prof
     body_us = {k: v["body_us_mean"] for k, v in summary["per_kind"].items()}
-    cfg = dataclasses.replace(TileConfig(), **json.loads(args.tile_config)) if args.tile_config else TileConfig()
+    cfg = tile_config_from_json(args.tile_config) if args.tile_config else TileConfig()
     model = lf.kogc_model(args.preset, seed=0)
     schedule = build_schedule(to_ir(model), get_target("h200"), "parallel", cfg)
     missing = {kind_key(t) for t in schedule.tasks} - set(body_us)

@@ -20,6 +20,7 @@ sys.path.insert(0, ROOT)
 import laneformer as lf  # noqa: E402
 
 import kogc  # noqa: E402
+from kogc.bench.measure import time_steps  # noqa: E402
 
 
 def main(argv=None) -> dict:
@@ -44,9 +45,8 @@ def main(argv=None) -> dict:
     t0 = time.perf_counter()
     cfg = None
     if args.tile_config:
-        import dataclasses
-        from kogc.scheduler import TileConfig
-        cfg = dataclasses.replace(TileConfig(), **json.loads(args.tile_config))
+        from kogc.scheduler.tile import tile_config_from_json
+        cfg = tile_config_from_json(args.tile_config)
         res["tile_config"] = json.loads(args.tile_config)
     ck = kogc.compile(model, target="h200", tile_config=cfg)
     res["compile_s"] = time.perf_counter() - t0
@@ -81,13 +81,14 @@ def main(argv=None) -> dict:
             ref = ref_logits.float()
             errs.append(float((logits.float() - ref).norm() / ref.norm()))
             agree += int(got == int(ref_tok))
-            top2 = torch.topk(ref, 2).values           # a near-tie: eager's own choice is a rounding matter
-            near_ties += int(float(top2[0] - top2[1]) <= float(torch.finfo(torch.float16).eps * abs(top2[0])))
-            if got != int(ref_tok):   # how close was eager's own choice? (top-2 gap vs fp16 spacing)
-                top2 = torch.topk(ref, 2).values
-                misses.append({"pos": pos, "eager_top2_gap": float(top2[0] - top2[1]),
+            # how close was eager's own choice? (top-2 gap vs the fp16 spacing at the maximum)
+            top2 = torch.topk(ref, 2).values
+            gap, spacing = float(top2[0] - top2[1]), float(torch.finfo(torch.float16).eps * abs(top2[0]))
+            near_ties += int(gap <= spacing)           # a near-tie: eager's own choice is a rounding matter
+            if got != int(ref_tok):
+                misses.append({"pos": pos, "eager_top2_gap": gap,
                                "eager_logit_gap_of_kogc_choice": float(ref.max() - ref[got]),
-                               "fp16_spacing_at_max": float(torch.finfo(torch.float16).eps * abs(top2[0]))})
+                               "fp16_spacing_at_max": spacing})
             if ref32 is not None:
                 l32, t32 = ref32(torch.tensor(tok, device="cuda"), torch.tensor(pos, device="cuda"))
                 for name, (lg, tk) in {"kogc": (logits, got), "eager": (ref_logits, int(ref_tok))}.items():
@@ -114,19 +115,7 @@ def main(argv=None) -> dict:
     torch.cuda.empty_cache()
 
     # timing: back-to-back launches (one launch per token), device events
-    n = args.timing_steps
-    for i in range(10):
-        ck.launch(1, i)
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = []
-    for rep in range(3):
-        start.record()
-        for i in range(n):
-            ck.launch(1 + i, 10 + i)
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end) / n)
+    times = time_steps(lambda i: ck.launch(1 + i, 10 + i), args.timing_steps, 3, "cuda", warmup=10)
     ck.raise_if_stuck()
     ms = sorted(times)[1]
     res["ms_per_token"] = ms

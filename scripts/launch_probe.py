@@ -7,6 +7,7 @@ launch (span of the tasks vs the launch's event time). Writes $OUT/launch_probe.
 from __future__ import annotations
 
 import argparse
+import statistics
 import json
 import os
 import sys
@@ -19,21 +20,14 @@ sys.path[:0] = [os.path.join(ROOT, "examples"), ROOT]
 import laneformer as lf  # noqa: E402
 
 import kogc  # noqa: E402
+from kogc.bench.measure import time_steps  # noqa: E402
 from kogc.runtime.kernel import CompiledKernel, weights_of  # noqa: E402
 from kogc.runtime.profile import format_summary, summarize  # noqa: E402
 
 
-def events_ms(fn, reps=5):
-    torch.cuda.synchronize()
-    out = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        torch.cuda.synchronize()
-        out.append(a.elapsed_time(b))
-    return sorted(out)[len(out) // 2]
+def events_ms(run, steps=1, reps=5):
+    """Median device ms per call of run(i) over `steps` back-to-back calls (kogc.bench's timer)."""
+    return statistics.median(time_steps(run, steps, reps, "cuda", warmup=0))
 
 
 def probe(ck, res, tag):
@@ -47,8 +41,8 @@ def probe(ck, res, tag):
     res[f"{tag}_host_enqueue_ms"] = (time.perf_counter() - t0) * 1e3 / 20
     torch.cuda.synchronize()
     for n in (1, 2, 8, 64):
-        res[f"{tag}_ms_per_step_nsteps{n}"] = events_ms(lambda: ck.launch(1, 10, nsteps=n)) / n
-    res[f"{tag}_ms_per_step_20x_nsteps1"] = events_ms(lambda: [ck.launch(1 + i, 10 + i) for i in range(20)]) / 20
+        res[f"{tag}_ms_per_step_nsteps{n}"] = events_ms(lambda i: ck.launch(1, 10, nsteps=n)) / n
+    res[f"{tag}_ms_per_step_20x_nsteps1"] = events_ms(lambda i: ck.launch(1 + i, 10 + i), steps=20)
     ck.raise_if_stuck()
     print(tag, {k: v for k, v in res.items() if k.startswith(tag)}, flush=True)
 
@@ -135,7 +129,7 @@ def host_diagnostics(ck, res):
         plain_launch(i)
     res["noncooperative_host_ms"] = (time.perf_counter() - t0) * 1e3 / 10
     torch.cuda.synchronize()
-    res["noncooperative_ms_per_step_20x"] = events_ms(lambda: [plain_launch(i) for i in range(20)]) / 20
+    res["noncooperative_ms_per_step_20x"] = events_ms(plain_launch, steps=20)
     ck.raise_if_stuck()
     print({k: v for k, v in res.items() if k.startswith(("func_", "bare", "noncoop"))}, flush=True)
 

@@ -45,11 +45,10 @@ def main():
     for c in contexts:
         kv_fills[c] = [torch.randn(buf[:, :, :c].shape, generator=gen).to(buf.dtype) for _, buf in model.named_buffers()]
 
-    def fill(ck, context):
+    def set_cache(context):       # the model's own cache: these contents up to `context`, zeros after
         for (_, buf), vals in zip(model.named_buffers(), kv_fills[context]):
             buf.zero_()
-            buf[:, :, :context].copy_(vals)
-        fill_kv_from(ck, model)
+            buf[:, :, :context].copy_(vals.to(buf.device))
 
     gpu = torch.cuda.is_available()     # without one: a smoke run under the interpreter (no speed figures)
     # the eager model's logits for token 7 at each context, on the same cache contents: every variant
@@ -59,9 +58,7 @@ def main():
     with torch.no_grad():
         model.to(dev)
         for c in contexts:
-            for (_, buf), vals in zip(model.named_buffers(), kv_fills[c]):
-                buf.zero_()
-                buf[:, :, :c].copy_(vals.to(dev))
+            set_cache(c)
             logits, tok = model(torch.tensor(7, device=dev), torch.tensor(c, device=dev))
             eager[c] = (logits.float().cpu(), int(tok))
         model.to("cpu")
@@ -85,9 +82,10 @@ def main():
         compile_s = time.perf_counter() - t0
         for context in contexts:
             try:
-                fill(ck, context)
+                set_cache(context)
+                fill_kv_from(ck, model)
                 logits, tok = ck.step(7, context)
-                ms = time_steps(lambda i: ck.launch(1 + i % 50, context + 1 + i), args.steps, 3, "cuda" if gpu else "cpu")
+                ms = time_steps(lambda i: ck.launch(1 + i % 50, context + 1 + i), args.steps, 3, dev)
                 ck.raise_if_stuck()
             except Exception as e:
                 print(f"{v} ppu={ppu} context {context}: FAILED {type(e).__name__}: {str(e)[:300]}", flush=True)

@@ -26,6 +26,13 @@ def tiny(seed=0, dtype=None, **overrides):
     return lf.build(cfg, seed=seed, dtype=dtype)
 
 
+def compiled_tiny(seed):
+    """(model, its compiled kernel): the tiny preset with two lanes, for tests that run the kernel."""
+    import kogc
+    model = tiny(seed=seed, num_lanes=2)
+    return model, kogc.compile(model)
+
+
 def rel_err(a, b):
     a, b = a.double(), b.double()
     return float((a - b).norm() / b.norm())

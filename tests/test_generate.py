@@ -4,9 +4,8 @@ import copy
 
 import pytest
 import torch
-from conftest import tiny
+from conftest import compiled_tiny
 
-import kogc
 from kogc.errors import KogcError
 from kogc.scheduler import SchedulerError
 from kogc.scheduler.check import check_step_closure
@@ -27,8 +26,7 @@ def eager_greedy(model, prompt, n):
 
 @pytest.fixture(scope="module")
 def setup():
-    model = tiny(seed=5, num_lanes=2)
-    return model, kogc.compile(model)
+    return compiled_tiny(seed=5)
 
 
 def test_greedy_generate_equals_eager_loop_64_tokens(setup):

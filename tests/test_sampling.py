@@ -5,9 +5,8 @@ import math
 
 import pytest
 import torch
-from conftest import tiny
+from conftest import compiled_tiny
 
-import kogc
 from kogc.codegen.sampler import sample_tokens
 
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="CPU interpreter path")
@@ -62,8 +61,7 @@ def test_greedy_ties_go_to_the_lowest_id():
 
 @pytest.fixture(scope="module")
 def setup():
-    model = tiny(seed=9, num_lanes=2)
-    return model, kogc.compile(model)
+    return compiled_tiny(seed=9)
 
 
 def test_same_seed_same_tokens_other_seed_others(setup):

@@ -51,19 +51,10 @@ def time_steps(run, steps: int, reps: int, device: str, warmup: int = 3) -> list
 def read_bandwidth(gib: int = 2, reps: int = 10) -> float:
     """HBM read bandwidth in bytes/s: a reduction over `gib` GiB of random fp16 (median of reps)."""
     x = torch.randn(gib * 2**29, device="cuda", dtype=torch.float16)
-    x.sum(dtype=torch.float32)
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        x.sum(dtype=torch.float32)
-        b.record()
-        torch.cuda.synchronize()
-        times.append(a.elapsed_time(b) * 1e-3)
-    del x
+    ms = time_steps(lambda i: x.sum(dtype=torch.float32), 1, reps, "cuda", warmup=1)
+    x = None   # free the 2 GiB before the caller allocates
     torch.cuda.empty_cache()
-    return gib * 2**30 / statistics.median(times)
+    return gib * 2**30 / (statistics.median(ms) * 1e-3)
 
 
 def bytes_per_token(ck, pos: int) -> int:

@@ -7,6 +7,7 @@ from types import SimpleNamespace
 import jinja2
 
 from ..scheduler import Schedule, SchedulerError
+from ..scheduler.fuse import is_pow2
 from ..scheduler.tile import ESIZE
 from ..scheduler import tasks as T
 from ..scheduler.schedule import HEADER
@@ -16,14 +17,6 @@ _ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(os.path.join(os.path.di
                           trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
                           undefined=jinja2.StrictUndefined)
 ARG_NAMES = SimpleNamespace(**{name[2:]: getattr(T, name) for name in dir(T) if name.startswith("A_")})
-
-
-def _pow2_part(k: int, cap: int = 16) -> int:
-    """The largest power of two <= cap dividing k (a matvec row's alignment within a weight tile)."""
-    return _pow2_divisor([k], cap)
-
-
-_ENV.filters["kalign"] = _pow2_part
 
 
 def render(schedule: Schedule, kernel_name: str = KERNEL_NAME) -> str:
@@ -45,6 +38,9 @@ def _pow2_divisor(values, cap: int = 16) -> int:
     return a
 
 
+_ENV.filters["pow2_divisor"] = _pow2_divisor     # e.g. a masked matvec row's alignment: [K, WALIGN]
+
+
 def weight_alignment(schedule: Schedule) -> int:
     return _pow2_divisor(t.weight.numel for t in schedule.tasks if t.weight)
 
@@ -62,7 +58,7 @@ def prefetch_elements(schedule: Schedule) -> int:
         return 0
     if not schedule.target.l2_prefetch_asm:
         raise SchedulerError(f"l2_prefetch: target {schedule.target.name} has no prefetch instruction in kogc")
-    if nbytes % 128 or nbytes & (nbytes - 1):
+    if nbytes < 128 or not is_pow2(nbytes):
         raise SchedulerError(f"l2_prefetch must be a power of two of at least 128 bytes, got {nbytes}")
     return nbytes // ESIZE[schedule.dtype]
 

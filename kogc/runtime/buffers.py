@@ -76,12 +76,11 @@ def allocate(schedule: Schedule, weights: dict[str, torch.Tensor], device, profi
     for op in schedule.ops:
         if op.kind == "embed":
             emb = weights[graph.by_name()[op.p["table"]].attrs["name"]].detach()
-    attn = [op for op in schedule.ops if op.kind == "attention"]
-    max_pos = attn[0].p["max_pos"] if attn else 1
-    if attn:
-        hd, S = attn[0].p["head_dim"], attn[0].p["max_pos"]
+    max_pos = schedule.max_pos or 1
+    if schedule.max_pos:
+        hd = next(op.p["head_dim"] for op in schedule.ops if op.kind == "attention")
         theta = next(n.attrs["theta"] for n in graph.nodes if n.op is Op.ROPE)
-        cos, sin = zip(*(rope_angles(p, hd, theta) for p in range(S)))
+        cos, sin = zip(*(rope_angles(p, hd, theta) for p in range(max_pos)))
         cos, sin = torch.stack(cos), torch.stack(sin)
     else:
         cos = sin = torch.zeros(1)

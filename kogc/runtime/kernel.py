@@ -92,9 +92,9 @@ class CompiledKernel:
         self.watchdog_spins = watchdog_spins or (2_000 if interpret else 4_000_000)
         out = graph.output
         self._logits = out.inputs[0]
-        self.max_pos = next((op.p["max_pos"] for op in schedule.ops if op.kind == "attention"), 1 << 30)
+        self.max_pos = schedule.max_pos or 1 << 30
         self.vocab = graph.by_name()[self._logits].type.shape[0]
-        # fixed for every launch: computed once (launch must stay cheap on the host)
+        # fixed for every launch: computed once (launch runs once per token in a step loop)
         self._grid = (len(schedule.queues),)
         self._launch_options = dict(MAXLEN=self.buffers.TABLE.shape[1], ROW=self.buffers.TABLE.shape[2],
                                     PROFILE=profile, SAMPLE_EV=schedule.sample_event)
@@ -119,7 +119,6 @@ class CompiledKernel:
         """Enqueue `nsteps` decode steps in one launch, from `token` at `pos` (no host synchronisation,
         no checks: see `step` and `generate`). Epochs advance by `nsteps`; after an early stop at EOS
         `generate` sets them to the steps actually run."""
-        # this runs once per token in a step loop: no per-task work here (it once cost 10 ms a launch)
         epoch0 = self.epoch + 1
         self.epoch += nsteps
         with interpreter(self.interpret) if self.interpret else contextlib.nullcontext():

@@ -8,6 +8,11 @@ from collections import defaultdict
 import numpy as np
 
 
+def kind_key(task) -> str:
+    """How the summary groups tasks: the kind, and for a matvec its prologue and epilogue."""
+    return task.kind if task.kind != "matvec" else f"matvec/{task.variant[3]}/{task.variant[4]}"
+
+
 def timestamps(ck) -> tuple[np.ndarray, np.ndarray]:
     """(task ids, [n, 3] ns timestamps relative to the step's first start) of the last launch."""
     prof = ck.buffers.PROF.cpu().numpy()
@@ -27,9 +32,7 @@ def summarize(ck) -> dict:
     span = (ts[:, 2].max() - ts[:, 0].min()) / 1e3
     kinds = defaultdict(list)
     for j, tid in enumerate(ids):
-        t = tasks[tid]
-        key = t.kind if t.kind != "matvec" else f"matvec/{t.variant[3]}/{t.variant[4]}"
-        kinds[key].append(j)
+        kinds[kind_key(tasks[tid])].append(j)
     per_kind = {k: {"tasks": len(js), "wait_us_mean": float(wait[js].mean()), "body_us_mean": float(body[js].mean()),
                     "wait_us_total": float(wait[js].sum()), "body_us_total": float(body[js].sum())}
                 for k, js in sorted(kinds.items())}

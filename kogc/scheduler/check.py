@@ -27,7 +27,16 @@ def prune_by_program_order(tasks: list[Task], events: list[Event], queues: list[
     return _simulate(tasks, events, queues, prune=True)
 
 
-def _simulate(tasks: list[Task], events: list[Event], queues: list[list[int]], prune: bool) -> int:
+def run_order(tasks: list[Task], events: list[Event], queues: list[list[int]]) -> list[int]:
+    """Task ids in an order the queues can run them honouring their waits (e.g. to replay a schedule
+    with task times: every waited event is complete before its waiter comes)."""
+    order: list[int] = []
+    _simulate(tasks, events, queues, prune=False, order=order)
+    return order
+
+
+def _simulate(tasks: list[Task], events: list[Event], queues: list[list[int]], prune: bool,
+              order: list[int] | None = None) -> int:
     P = len(queues)
     prog = np.full(len(tasks), -1, dtype=np.int64)
     slot = np.zeros(len(tasks), dtype=np.int64)
@@ -86,6 +95,8 @@ def _simulate(tasks: list[Task], events: list[Event], queues: list[list[int]], p
             np.maximum(vc_event[t.group], vc, out=vc_event[t.group])
             count[t.group] += 1
             head[p] += 1
+            if order is not None:
+                order.append(t.id)
             if count[t.group] == events[t.group].need:
                 runnable.extend(parked.pop(t.group, []))
     stuck = [p for p in range(P) if head[p] < len(queues[p])]

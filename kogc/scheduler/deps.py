@@ -34,34 +34,34 @@ class WriteIndex:
         for t in tasks:
             for r in t.writes:
                 by_region.setdefault((r.arena, r.start, r.end), []).append(t.id)
-        self.starts: dict[str, list[int]] = {}
-        self.ends: dict[str, list[int]] = {}
-        self.flat: dict[str, list[int]] = {}        # every interval's writers, in interval order ...
-        self.offs: dict[str, list[int]] = {}        # ... interval k's are flat[offs[k]:offs[k + 1]]
+        per_arena: dict[str, list[tuple[int, int, list[int]]]] = {}
         for (arena, s, e), ids in sorted(by_region.items()):
-            ends = self.ends.setdefault(arena, [])
-            if ends and ends[-1] > s:
-                k = len(ends) - 1
-                prev = self.flat[arena][self.offs[arena][k]:]
-                raise SchedulerError(f"overlapping writes in arena {arena}: [{self.starts[arena][k]}, {ends[-1]}) by "
-                                     f"tasks {prev[:3]} and [{s}, {e}) by tasks {ids[:3]}")
-            self.starts.setdefault(arena, []).append(s)
-            ends.append(e)
-            self.offs.setdefault(arena, [0])
-            self.flat.setdefault(arena, []).extend(ids)
-            self.offs[arena].append(len(self.flat[arena]))
+            per_arena.setdefault(arena, []).append((s, e, ids))
+        # per arena: interval starts and ends, every interval's writers in one flat list, and where
+        # interval k's writers sit in it (flat[offs[k]:offs[k + 1]])
+        self.arenas: dict[str, tuple[list[int], list[int], list[int], list[int]]] = {}
+        for arena, items in per_arena.items():
+            for (s0, e0, ids0), (s1, e1, ids1) in zip(items, items[1:]):
+                if e0 > s1:
+                    raise SchedulerError(f"overlapping writes in arena {arena}: [{s0}, {e0}) by tasks {ids0[:3]} "
+                                         f"and [{s1}, {e1}) by tasks {ids1[:3]}")
+            flat, offs = [], [0]
+            for _, _, ids in items:
+                flat.extend(ids)
+                offs.append(len(flat))
+            self.arenas[arena] = ([s for s, _, _ in items], [e for _, e, _ in items], flat, offs)
 
     def writers(self, arena: str, start: int, end: int) -> list[int]:
         """The tasks writing any element of [start, end): one slice of the flat list (intervals are
         disjoint and sorted, so the overlapping ones are consecutive)."""
-        starts = self.starts.get(arena)
-        if not starts:
+        if arena not in self.arenas:
             return []
+        starts, ends, flat, offs = self.arenas[arena]
         i = max(bisect.bisect_right(starts, start) - 1, 0)
-        if self.ends[arena][i] <= start:
+        if ends[i] <= start:
             i += 1
         j = bisect.bisect_left(starts, end)
-        return self.flat[arena][self.offs[arena][i]:self.offs[arena][j]] if i < j else []
+        return flat[offs[i]:offs[j]] if i < j else []
 
 
 def derive(tasks: list[Task]) -> list[Event]:

@@ -5,6 +5,7 @@ import json
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
@@ -39,10 +40,16 @@ class Schedule:
     def dtype(self) -> str:
         return self.graph.weight_dtype
 
-    @property
+    @cached_property
     def sample_event(self) -> int:
-        """The event of the task that produces the step's token (-1 if the model samples none)."""
+        """The event of the task that produces the step's token (-1 if the model samples none).
+        Cached: it walks every task, and launches and code generation ask for it."""
         return next((t.group for t in self.tasks if t.kind == "argmax"), -1)
+
+    @property
+    def max_pos(self) -> int | None:
+        """Positions the KV cache holds (None for a model without attention)."""
+        return next((op.p["max_pos"] for op in self.ops if op.kind == "attention"), None)
 
     @property
     def max_waits(self) -> int:

@@ -6,6 +6,8 @@ work is one task per lane and block of rows.
 """
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
 import struct
 from dataclasses import dataclass, field
@@ -57,6 +59,22 @@ class TileConfig:
     cost_context: int = 1024          # context length the cost model assumes for attention
     l2_prefetch: int = 0              # bytes of the program's weight stream a matvec asks L2 for ahead of
                                       # its own tile (0: off; needs a target with a prefetch instruction)
+
+
+def tile_config_from_json(text: str) -> TileConfig:
+    """TileConfig fields as a JSON object (what --tile-config takes) -> a TileConfig; a clear error for
+    bad JSON, something else than an object, or unknown fields."""
+    try:
+        fields = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise SchedulerError(f"tile config is not JSON ({e.msg} at character {e.pos}): {text!r}") from None
+    if not isinstance(fields, dict):
+        raise SchedulerError(f"tile config must be a JSON object of TileConfig fields, got {text!r}")
+    known = {f.name for f in dataclasses.fields(TileConfig)}
+    unknown = sorted(set(fields) - known)
+    if unknown:
+        raise SchedulerError(f"tile config: unknown field(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+    return dataclasses.replace(TileConfig(), **fields)
 
 
 def tile(graph: Graph, ops: list[FusedOp], cfg: TileConfig) -> tuple[list[Task], Layout]:
