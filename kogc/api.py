@@ -34,4 +34,5 @@ def compile(module: torch.nn.Module, target: str = "h200", device: str | None = 
     cfg = tile_config or (INTERPRETER_TILES if interpret else TileConfig())
     schedule = build_schedule(graph, tgt, placement, cfg, num_programs=num_programs)
     return CompiledKernel(graph, schedule, weights_of(module, graph), device, interpret, profile=profile,
-                          num_warps=num_warps or tgt.num_warps, max_registers=max_registers)
+                          num_warps=num_warps or tgt.num_warps,
+                          max_registers=max_registers or tgt.max_registers)

@@ -162,7 +162,8 @@ def write_outputs(out: str, graph, schedule, source: str, target, t0: float, tot
     sig, consts = signature(schedule)
     try:
         arts = compile_kernel(os.path.join(out, "kernel.py"), KERNEL_NAME, sig, consts, target.name,
-                              os.path.join(out, target.arch), num_warps=target.num_warps)
+                              os.path.join(out, target.arch), num_warps=target.num_warps,
+                              options={"maxnreg": target.max_registers} if target.max_registers else None)
     except (RuntimeError, ValueError) as e:
         raise KogcError(f"ahead-of-time compilation failed: {e}") from None
     from .codegen.aot import disassembly_summary

@@ -2,7 +2,11 @@
 time it, and record memory. Prints a summary line and writes JSON to $OUT (or ./out) if set.
 
     python scripts/gpu_check.py [--preset laneformer-2b] [--steps 256] [--lanes L] [--timing-steps 200]
-        [--fp32-ref] [--tile-config '{"attn_impl": "dot", "attn_block": 64}']
+        [--fp32-ref] [--twin] [--tile-config '{"attn_impl": "dot", "attn_block": 64}']
+
+--twin also runs the same fp16 model through torch.compile (Inductor's own kernels, another valid
+fp16 implementation) and reports how often IT agrees with eager: the agreement two correct fp16
+implementations reach on this model, against which kogc's is read.
 """
 from __future__ import annotations
 
@@ -34,6 +38,8 @@ def main(argv=None) -> dict:
     ap.add_argument("--fp32-ref", action="store_true",
                     help="also run the same weights upcast to fp32 and report how often kogc and eager fp16 each "
                          "pick the fp32 model's argmax (who is off at near-ties)")
+    ap.add_argument("--twin", action="store_true",
+                    help="also run the fp16 model compiled by torch.compile and report its agreement with eager")
     args = ap.parse_args(argv)
     res = {"preset": args.preset, "date": time.strftime("%Y-%m-%d %H:%M"), "device": torch.cuda.get_device_name()}
     over = {"num_lanes": args.lanes} if args.lanes else {}
@@ -71,6 +77,12 @@ def main(argv=None) -> dict:
         ref32.reset_cache()
     eager = model.to("cuda")
     eager.reset_cache()
+    twin = None
+    if args.twin:          # another fp16 implementation of the same model: Inductor's generated kernels
+        import copy
+        twin_model = copy.deepcopy(eager)
+        twin = torch.compile(twin_model)
+        twin_stats = {"agree": 0, "errs": [], "agree32": 0}
     errs, agree, tok, misses, near_ties = [], 0, 1, [], 0
     err32 = {"kogc": [], "eager": []}
     agree32 = {"kogc": 0, "eager": 0}
@@ -89,11 +101,17 @@ def main(argv=None) -> dict:
                 misses.append({"pos": pos, "eager_top2_gap": gap,
                                "eager_logit_gap_of_kogc_choice": float(ref.max() - ref[got]),
                                "fp16_spacing_at_max": spacing})
+            if twin is not None:
+                tw_logits, tw_tok = twin(torch.tensor(tok, device="cuda"), torch.tensor(pos, device="cuda"))
+                twin_stats["agree"] += int(int(tw_tok) == int(ref_tok))
+                twin_stats["errs"].append(float((tw_logits.float() - ref).norm() / ref.norm()))
             if ref32 is not None:
                 l32, t32 = ref32(torch.tensor(tok, device="cuda"), torch.tensor(pos, device="cuda"))
                 for name, (lg, tk) in {"kogc": (logits, got), "eager": (ref_logits, int(ref_tok))}.items():
                     err32[name].append(float((lg.float() - l32.float()).norm() / l32.float().norm()))
                     agree32[name] += int(tk == int(t32))
+                if twin is not None:
+                    twin_stats["agree32"] += int(int(tw_tok) == int(t32))
             tok = int(ref_tok)
     if ref32 is not None:
         for name in ("kogc", "eager"):
@@ -103,6 +121,16 @@ def main(argv=None) -> dict:
               f"{res['kogc_vs_fp32_argmax_agreement']:.3f}; eager fp16 rel err {res['eager_vs_fp32_mean_rel_err']:.2e} "
               f"argmax {res['eager_vs_fp32_argmax_agreement']:.3f}", flush=True)
         del ref32
+    if twin is not None:
+        res["twin_vs_eager_argmax_agreement"] = twin_stats["agree"] / args.steps
+        res["twin_vs_eager_mean_rel_err"] = sum(twin_stats["errs"]) / args.steps
+        if args.fp32_ref:
+            res["twin_vs_fp32_argmax_agreement"] = twin_stats["agree32"] / args.steps
+        print(f"twin (torch.compile fp16) vs eager fp16: rel err {res['twin_vs_eager_mean_rel_err']:.2e}, argmax "
+              f"agreement {res['twin_vs_eager_argmax_agreement']:.3f}"
+              + (f"; twin vs fp32 argmax {res['twin_vs_fp32_argmax_agreement']:.3f}" if args.fp32_ref else ""),
+              flush=True)
+        del twin, twin_model
     res["steps"] = args.steps
     res["max_rel_err"] = max(errs)
     res["mean_rel_err"] = sum(errs) / len(errs)

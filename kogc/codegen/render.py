@@ -19,14 +19,27 @@ _ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(os.path.join(os.path.di
 ARG_NAMES = SimpleNamespace(**{name[2:]: getattr(T, name) for name in dir(T) if name.startswith("A_")})
 
 
-def render(schedule: Schedule, kernel_name: str = KERNEL_NAME) -> str:
+def render(schedule: Schedule, kernel_name: str = KERNEL_NAME, interpret: bool = False) -> str:
+    """interpret: the source runs under Triton's interpreter (no inline assembly there)."""
+    ahead = schedule.tile_config.read_ahead
     return _ENV.get_template("monokernel.py.j2").render(
         model=schedule.graph.meta.get("model", "model"), target=schedule.target.name,
         num_programs=len(schedule.queues), num_tasks=len(schedule.tasks), variants=schedule.variants,
         nargs=T.NARGS, header=HEADER, A=ARG_NAMES, kernel_name=kernel_name, timer_asm=schedule.target.timer_asm,
         walign=weight_alignment(schedule), aalign=activation_alignment(schedule),
         kalign=attention_alignment(schedule), prefetch_asm=schedule.target.l2_prefetch_asm,
-        prefetch_elems=prefetch_elements(schedule), line_elems=128 // ESIZE[schedule.dtype])
+        prefetch_elems=prefetch_elements(schedule), line_elems=128 // ESIZE[schedule.dtype],
+        table_ahead=ahead, attn_preload=ahead and schedule.tile_config.attn_preload, row_prefetch_asm=schedule.target.l2_prefetch_asm if ahead and not interpret else "",
+        row_lines=row_lines(schedule.row_width))
+
+
+def row_lines(width: int) -> int:
+    """Points 32 ints (128 bytes) apart from a table row's first int, clamped to its last: one in
+    every line the row touches (a power of two of them, for tl.arange)."""
+    n = 1
+    while (n - 1) * 32 < width - 1:
+        n *= 2
+    return max(n, 2)
 
 
 def _pow2_divisor(values, cap: int = 16) -> int:

@@ -81,7 +81,7 @@ class CompiledKernel:
         if interpret and schedule.tile_config.l2_prefetch:
             raise KogcError("l2_prefetch issues a GPU instruction: not available under the interpreter")
         self.ir, self.schedule, self.device, self.interpret = graph, schedule, torch.device(device), interpret
-        self.source = render(schedule)
+        self.source = render(schedule, interpret=interpret)
         self.kernel, self.source_path = load_kernel(self.source, interpret)
         self.profile = profile
         self.num_warps = num_warps or schedule.target.num_warps

@@ -51,14 +51,21 @@ class Layout:
 class TileConfig:
     tile_bytes: int = 32 * 1024       # weight bytes per matvec task
     attn_splits: int = 16             # splits of the positions 0..pos per (lane, KV head), each cdiv(pos+1, splits)
-    attn_block: int = 16              # positions per inner step of attention (16 measured best of 16/32/64)
-    attn_impl: str = "reduce"         # "reduce" (broadcast products) | "dot" (tl.dot, query group padded to 16)
+    attn_block: int = 0               # positions per inner step of attention; 0: 64 with dot, 16 with reduce
+                                      # (the best measured of 16/32/64 for each, docs/performance-notes.md)
+    attn_impl: str = "auto"           # "reduce" (broadcast products) | "dot" (tl.dot, query group padded to
+                                      # 16) | "auto": dot where it applies (16-bit cache, head_dim >= 16, <= 16
+                                      # query heads per KV head), else reduce
     attn_cost_scale: float = 1.0      # the cost model's attention bytes x this (measured slower per byte than a matvec)
     lane_stagger: float = 0.0         # placement: rank lane l's tasks l * this fused ops later (lanes out of phase)
     elem_block: int = 2048            # rows per elementwise task
     cost_context: int = 1024          # context length the cost model assumes for attention
     l2_prefetch: int = 0              # bytes of the program's weight stream a matvec asks L2 for ahead of
                                       # its own tile (0: off; needs a target with a prefetch instruction)
+    read_ahead: bool = True           # read the task table one task ahead: the next variant in a register,
+                                      # the next row's lines asked of L2, a task's arguments before its waits
+    attn_preload: bool = True         # (with read_ahead) attention loads its first block of cache rows
+                                      # before its wait: only this step's row waits for the QKV task
 
 
 def tile_config_from_json(text: str) -> TileConfig:
@@ -231,11 +238,10 @@ def _tile_attention(op, by, lay, val, new, cfg, es, lanes_of):
     for what, x in (("query heads per KV head", g), ("head_dim", hd), ("query heads per lane", nq),
                     ("attention splits", cfg.attn_splits)):
         _pow2(x, what, op)
-    if cfg.attn_impl not in ("reduce", "dot"):
-        raise SchedulerError(f"unknown attention implementation {cfg.attn_impl!r} (reduce | dot)")
-    if cfg.attn_impl == "dot" and (g > 16 or hd < 16 or cfg.attn_block < 16):
+    impl, block = attention_impl(cfg, g, hd, es)
+    if impl == "dot" and (g > 16 or hd < 16 or block < 16):
         raise SchedulerError(f"attention with tl.dot needs <= 16 query heads per KV head, head_dim >= 16 and "
-                             f"blocks of >= 16 positions (got {g}, {hd}, {cfg.attn_block}) at {op.node}")
+                             f"blocks of >= 16 positions (got {g}, {hd}, {block}) at {op.node}")
     ns = cfg.attn_splits
     per_lane = ns * K + 2 * ns * nq
     lay.alloc(f"{op.node}.partials", "f32", per_lane, op.lanes)
@@ -254,8 +260,20 @@ def _tile_attention(op, by, lay, val, new, cfg, es, lanes_of):
                 m0 = pbase + ns * K + j * nq + kh * g
                 writes = [Region("f32", acc0, acc0 + g * hd), Region("f32", m0, m0 + g),
                           Region("f32", m0 + ns * nq, m0 + ns * nq + g)]
-                new(("attention", g, hd, ns, nq, cfg.attn_block, cfg.attn_impl), op, l, a, reads, writes,
+                new(("attention", g, hd, ns, nq, block, impl), op, l, a, reads, writes,
                     cost=int(2 * (ctx // ns) * hd * es * cfg.attn_cost_scale))
+
+
+def attention_impl(cfg: TileConfig, group: int, head_dim: int, esize: int) -> tuple[str, int]:
+    """(implementation, positions per block) for attention: the config's, or for "auto" tl.dot where
+    it applies (16-bit cache, head_dim >= 16, <= 16 query heads per KV head) and the broadcast-product
+    reduction elsewhere; block 0 is 64 for dot and 16 for reduce."""
+    impl = cfg.attn_impl
+    if impl not in ("auto", "reduce", "dot"):
+        raise SchedulerError(f"unknown attention implementation {impl!r} (auto | reduce | dot)")
+    if impl == "auto":
+        impl = "dot" if esize == 2 and head_dim >= 16 and group <= 16 else "reduce"
+    return impl, cfg.attn_block or (64 if impl == "dot" else 16)
 
 
 def _term_reads(term, l, L, lay, r0, rows):

@@ -4,8 +4,9 @@ from .base import Target
 H200 = Target(
     name="h200", vendor="nvidia", arch="sm_90", triton_backend="cuda", triton_arch=90,
     compute_units=132, warp_size=32,
-    # 2 programs x 4 warps per SM measured best for lane-interleaved queues (FACTS.md, probe 4)
-    programs_per_unit=2, num_warps=4,
+    # 3 programs x 4 warps per SM, registers capped at 168 (3 x 128 threads x 168 = 64,512 of 65,536):
+    # measured 5-7% faster than 2 programs at 255 registers on laneformer-2b (docs/performance-notes.md)
+    programs_per_unit=3, num_warps=4, max_registers=168,
     hbm_bytes=141 * 10**9, hbm_read_bw=4.25e12, hbm_bw_datasheet=4.8e12,
     l2_bytes=60 * 2**20, last_level_cache_bytes=60 * 2**20,
     timer_asm="mov.u64 $0, %globaltimer;",
