@@ -62,9 +62,9 @@ class TileConfig:
     cost_context: int = 1024          # context length the cost model assumes for attention
     l2_prefetch: int = 0              # bytes of the program's weight stream a matvec asks L2 for ahead of
                                       # its own tile (0: off; needs a target with a prefetch instruction)
-    read_ahead: bool = True           # read the task table one task ahead: the next variant in a register,
+    read_ahead: bool = False          # read the task table one task ahead: the next variant in a register,
                                       # the next row's lines asked of L2, a task's arguments before its waits
-    attn_preload: bool = True         # (with read_ahead) attention loads its first block of cache rows
+    attn_preload: bool = False        # (with read_ahead) attention loads its first block of cache rows
                                       # before its wait: only this step's row waits for the QKV task
 
 
