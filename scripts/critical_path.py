@@ -12,6 +12,13 @@ Task body times come from a `%globaltimer` profile summary (per task kind, e.g. 
 
     python scripts/critical_path.py --preset laneformer-2b \
         [--profile docs/results/2026-11-29-launch_probe.json] [--latency-us 0.5,1,2,4] [--tile-config JSON]
+        [--task-times task-times-1024.npz [--placements '[{"measured": true, "wait_latency_us": 1}, ...]']]
+
+--placements (with --task-times) re-places the same tasks several ways and replays each with the
+measured task times, to rank placements offline: each entry may set "measured" (true: the
+placement's cost model uses each task's measured duration instead of bytes; "kind_means": the mean
+measured duration of its task kind), "wait_latency_us" (the placement
+adds this between a producer's end and its consumer's start), "attn_cost_scale" and "lane_stagger".
 """
 from __future__ import annotations
 
@@ -68,6 +75,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--tile-config", help="JSON of TileConfig fields")
     ap.add_argument("--task-times", help="per-task timestamps (.npz from sweep.py with \"profile\": true, same "
                                          "preset and settings): replay each task's own body time, not its kind's mean")
+    ap.add_argument("--placements", help="JSON list of placement variants to rank with --task-times (see above)")
     args = ap.parse_args(argv)
     with open(args.profile) as f:
         prof = json.load(f)
@@ -90,7 +98,10 @@ def main(argv=None) -> dict:
         for tid, (t0, t1, t2) in zip(data["ids"], data["ts"]):
             task_us[int(tid)] = (t2 - t1) / 1e3
     total = sum(task_us) if task_us else sum(body_us[kind_key(t)] for t in schedule.tasks)
-    res = {"measured_span_us": summary.get("span_us"), "balanced_bound_us": total / len(schedule.queues), "rows": []}
+    span = summary.get("span_us")
+    if args.task_times:     # the span of the run the per-task times come from, not the summary's
+        span = float(data["ts"][:, 2].max() - data["ts"][:, 0].min()) / 1e3
+    res = {"measured_span_us": span, "balanced_bound_us": total / len(schedule.queues), "rows": []}
     print(f"{args.preset}: {len(schedule.tasks)} tasks on {len(schedule.queues)} programs; measured step span "
           f"(profile) {res['measured_span_us'] or float('nan'):.1f} us; all bodies / programs (perfect balance) "
           f"{res['balanced_bound_us']:.1f} us")
@@ -100,7 +111,39 @@ def main(argv=None) -> dict:
         chain, _ = longest_path(schedule, body_us, lat, False, task_us)
         res["rows"].append({"latency_us": lat, "as_scheduled_us": sched, "data_only_us": chain})
         print(f"{lat:10.2f} | {sched:31.1f} | {chain:24.1f}", flush=True)
+    if args.placements:
+        if task_us is None:
+            raise SystemExit("--placements needs --task-times")
+        res["placements"] = rank_placements(model, cfg, task_us, json.loads(args.placements),
+                                            [float(x) for x in args.latency_us.split(",")])
     return res
+
+
+def rank_placements(model, cfg, task_us, variants, latencies) -> list[dict]:
+    """Re-place the same tasks per variant; replay each with the measured task times."""
+    import dataclasses
+    graph = to_ir(model)
+    rows = []
+    print("placement | " + " | ".join(f"as scheduled at {lat:g} us" for lat in latencies))
+    for v in variants:
+        v = dict(v)
+        measured, lat_place = v.pop("measured", False), v.pop("wait_latency_us", 0.0)
+        seconds = None
+        if measured == "kind_means":    # what a compiler could know: the mean measured time per task kind
+            tasks = build_schedule(graph, get_target("h200"), "parallel", cfg, check=False, prune=False).tasks
+            per_kind = defaultdict(list)
+            for t in tasks:
+                per_kind[kind_key(t)].append(task_us[t.id])
+            mean = {k: sum(x) / len(x) for k, x in per_kind.items()}
+            seconds = [mean[kind_key(t)] * 1e-6 for t in tasks]
+        elif measured:
+            seconds = [u * 1e-6 for u in task_us]
+        s = build_schedule(graph, get_target("h200"), "parallel", dataclasses.replace(cfg, **v),
+                           task_seconds=seconds, wait_latency_s=lat_place * 1e-6)
+        spans = [longest_path(s, None, lat, True, task_us)[0] for lat in latencies]
+        rows.append({"variant": {**v, "measured": measured, "wait_latency_us": lat_place}, "as_scheduled_us": spans})
+        print(f"{rows[-1]['variant']} | " + " | ".join(f"{x:.1f}" for x in spans), flush=True)
+    return rows
 
 
 if __name__ == "__main__":

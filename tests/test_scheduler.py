@@ -318,3 +318,25 @@ def test_staggered_lanes_stay_sound(graphs, stagger):
     s = build_schedule(graphs(4), H200, "parallel", cfg, num_programs=8)
     check_schedule(s.tasks, s.events, s.queues)
     assert_queues_partition(s.tasks, s.queues)
+
+
+def test_placement_with_measured_kind_times(graphs):
+    # TileConfig.kind_us (a profile's microseconds per task kind) and place_latency_us replace the
+    # bytes model in the placement: the queues change, the schedule stays sound, and a kind missing
+    # from the table falls back to bytes
+    import dataclasses
+    from kogc.scheduler.schedule import kind_seconds
+    from kogc.scheduler.tile import tile_config_from_json
+    g = graphs(2)
+    base = build_schedule(g, H200, "parallel", CFG, num_programs=8)
+    kinds = sorted({t.kind_key for t in base.tasks})
+    slow_attention = {k: (40.0 if k == "attention" else 1.0) for k in kinds[1:]}     # kinds[0] left out
+    cfg = dataclasses.replace(CFG, kind_us=slow_attention, place_latency_us=1.0)
+    s = build_schedule(g, H200, "parallel", cfg, num_programs=8)
+    check_schedule(s.tasks, s.events, s.queues)
+    assert s.queues != base.queues
+    secs = kind_seconds(s.tasks, slow_attention, H200.hbm_read_bw / 8)
+    for t, sec in zip(s.tasks, secs):
+        assert sec == pytest.approx(slow_attention[t.kind_key] * 1e-6 if t.kind_key in slow_attention
+                                    else 0.5e-6 + t.cost_bytes / (H200.hbm_read_bw / 8))
+    assert tile_config_from_json('{"kind_us": {"attention": 8.4}, "place_latency_us": 1}').kind_us == {"attention": 8.4}

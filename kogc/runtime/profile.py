@@ -10,7 +10,7 @@ import numpy as np
 
 def kind_key(task) -> str:
     """How the summary groups tasks: the kind, and for a matvec its prologue and epilogue."""
-    return task.kind if task.kind != "matvec" else f"matvec/{task.variant[3]}/{task.variant[4]}"
+    return task.kind_key
 
 
 def timestamps(ck) -> tuple[np.ndarray, np.ndarray]:

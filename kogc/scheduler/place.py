@@ -15,7 +15,8 @@ TASK_OVERHEAD_S = 0.5e-6      # table read, wait check, publish: per task, whate
 
 
 def place_parallel(tasks: list[Task], events: list[Event], num_programs: int,
-                   bytes_per_s_per_program: float, lane_stagger: float = 0.0) -> tuple[list[list[int]], float]:
+                   bytes_per_s_per_program: float, lane_stagger: float = 0.0,
+                   task_seconds: list[float] | None = None, wait_latency_s: float = 0.0) -> tuple[list[list[int]], float]:
     """Queues for `num_programs` programs, and the estimated makespan in seconds.
 
     Event-driven list scheduling: when a program frees up it takes, among the tasks whose inputs are
@@ -27,7 +28,11 @@ def place_parallel(tasks: list[Task], events: list[Event], num_programs: int,
 
     `lane_stagger` > 0 ranks lane l's tasks as if they came l * lane_stagger fused ops later, so the
     lanes (independent within a layer when the delay is >= 1) run out of phase: while one lane
-    waits for its attention, others stream their matvecs."""
+    waits for its attention, others stream their matvecs.
+
+    `task_seconds` (per task id) replaces the bytes model, e.g. with a profile's measured durations;
+    `wait_latency_s` is added between a producer's end and its consumer's readiness (publish to
+    acquire)."""
     n = len(tasks)
     waiters: dict[int, list[int]] = {}
     pending = [0] * n
@@ -60,7 +65,10 @@ def place_parallel(tasks: list[Task], events: list[Event], num_programs: int,
                 heapq.heappush(now_ready, prio[heapq.heappop(later)[1]])
         tid = heapq.heappop(now_ready)[1]
         t = tasks[tid]
-        end = f + TASK_OVERHEAD_S + t.cost_bytes / bytes_per_s_per_program
+        if task_seconds is not None:
+            end = f + task_seconds[tid]
+        else:
+            end = f + TASK_OVERHEAD_S + t.cost_bytes / bytes_per_s_per_program
         queues[p].append(tid)
         heapq.heappush(free, (end, p))
         placed += 1
@@ -70,7 +78,7 @@ def place_parallel(tasks: list[Task], events: list[Event], num_programs: int,
         left_in_event[g] -= 1
         if left_in_event[g] == 0:
             for w in waiters.get(g, []):
-                ready_at[w] = max(ready_at[w], event_end[g])
+                ready_at[w] = max(ready_at[w], event_end[g] + wait_latency_s)
                 pending[w] -= 1
                 if pending[w] == 0:
                     heapq.heappush(later, (ready_at[w], w))

@@ -14,7 +14,7 @@ from ..targets import Target
 from .check import check_schedule, prune_by_program_order
 from .deps import Event, derive
 from .fuse import FusedOp, fuse
-from .place import place_parallel, place_sequential
+from .place import TASK_OVERHEAD_S, place_parallel, place_sequential
 from .tasks import NARGS, Task
 from .tile import ESIZE, Layout, TileConfig, tile
 
@@ -117,7 +117,8 @@ class Schedule:
 
 def build_schedule(graph: Graph, target: Target, placement: str = "parallel",
                    tile_config: TileConfig | None = None, num_programs: int | None = None,
-                   check: bool = True, prune: bool = True) -> Schedule:
+                   check: bool = True, prune: bool = True, task_seconds: list[float] | None = None,
+                   wait_latency_s: float = 0.0) -> Schedule:
     """Schedule `graph` for `target`. placement="sequential" gives one queue (Triton's interpreter)."""
     cfg = tile_config or TileConfig()
     timings = {}
@@ -134,7 +135,10 @@ def build_schedule(graph: Graph, target: Target, placement: str = "parallel",
         queues = place_sequential(tasks)
     elif placement == "parallel":
         P = num_programs or target.num_programs
-        queues, est = place_parallel(tasks, events, P, target.hbm_read_bw / P, cfg.lane_stagger)
+        if task_seconds is None and cfg.kind_us:
+            task_seconds = kind_seconds(tasks, cfg.kind_us, target.hbm_read_bw / P)
+        queues, est = place_parallel(tasks, events, P, target.hbm_read_bw / P, cfg.lane_stagger,
+                                     task_seconds, wait_latency_s or cfg.place_latency_us * 1e-6)
     else:
         raise ValueError(f"unknown placement {placement!r} (parallel | sequential)")
     timings["place"] = time.perf_counter() - t0
@@ -148,3 +152,10 @@ def build_schedule(graph: Graph, target: Target, placement: str = "parallel",
         timings["check"] = time.perf_counter() - t0
     variants = sorted({t.variant for t in tasks}, key=lambda v: [str(x) for x in v])
     return Schedule(graph, target, placement, ops, tasks, events, queues, layout, cfg, variants, est, timings)
+
+
+def kind_seconds(tasks: list[Task], kind_us: dict, bytes_per_s_per_program: float) -> list[float]:
+    """Per task: the measured time of its kind (TileConfig.kind_us, microseconds), or for a kind not
+    listed the bytes model's estimate."""
+    return [kind_us[t.kind_key] * 1e-6 if t.kind_key in kind_us
+            else TASK_OVERHEAD_S + t.cost_bytes / bytes_per_s_per_program for t in tasks]

@@ -60,3 +60,8 @@ class Task:
     @property
     def kind(self) -> str:
         return self.variant[0]
+
+    @property
+    def kind_key(self) -> str:
+        """The kind, and for a matvec its prologue and epilogue (how profiles and costs group tasks)."""
+        return self.kind if self.kind != "matvec" else f"matvec/{self.variant[3]}/{self.variant[4]}"

@@ -64,6 +64,9 @@ class TileConfig:
                                       # its own tile (0: off; needs a target with a prefetch instruction)
     read_ahead: bool = False          # read the task table one task ahead: the next variant in a register,
                                       # the next row's lines asked of L2, a task's arguments before its waits
+    kind_us: dict | None = None       # placement cost model: measured microseconds per task of each kind
+                                      # (a profile's "matvec/rmsnorm/store": 2.7, ...); others: bytes
+    place_latency_us: float = 0.0     # placement: publish-to-acquire latency between producer and consumer
     attn_preload: bool = False        # (with read_ahead) attention loads its first block of cache rows
                                       # before its wait: only this step's row waits for the QKV task
 
