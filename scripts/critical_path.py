@@ -97,6 +97,8 @@ def main(argv=None) -> dict:
         task_us = [0.0] * len(schedule.tasks)
         for tid, (t0, t1, t2) in zip(data["ids"], data["ts"]):
             task_us[int(tid)] = (t2 - t1) / 1e3
+        from kogc.runtime.profile import format_summary, summarize_times
+        print(format_summary(summarize_times(schedule, data["ids"], data["ts"])), flush=True)
     total = sum(task_us) if task_us else sum(body_us[kind_key(t)] for t in schedule.tasks)
     span = summary.get("span_us")
     if args.task_times:     # the span of the run the per-task times come from, not the summary's

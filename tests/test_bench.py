@@ -4,6 +4,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from conftest import MODEL_FILE, ROOT
 
 
@@ -64,6 +66,45 @@ def test_profile_summary_from_timestamps():
         chrome_trace(ck, f.name)
         events = _json.load(open(f.name))["traceEvents"]
     assert len(events) == 2 * len(schedule.tasks)
+
+
+def test_profile_splits_waits_into_blocked_and_notify():
+    # a timeline played by the schedule's own rules: a task starts when its program's previous task
+    # ends, its waits end 0.5 us after the last producer it waits on (or its start, if later), its
+    # body takes 2 us; the summary must recover the blocked and notify parts exactly
+    import numpy as np
+    from conftest import lf
+
+    from kogc.frontend import to_ir
+    from kogc.runtime.profile import summarize_times, wait_split
+    from kogc.scheduler import build_schedule
+    from kogc.scheduler.check import run_order
+    from kogc.targets import H200
+
+    schedule = build_schedule(to_ir(lf.kogc_model("tiny", device="meta", seed=None)), H200, num_programs=4)
+    prog = {tid: p for p, q in enumerate(schedule.queues) for tid in q}
+    last, done, rows = {}, {}, {}
+    expect_blocked = {}
+    for tid in run_order(schedule.tasks, schedule.events, schedule.queues):
+        t = schedule.tasks[tid]
+        start = last.get(prog[tid], 0)
+        ready = max((done[g] for g, _ in t.waits), default=None)
+        after = (max(start, ready) + 500) if ready is not None else start + 200
+        end = after + 2000
+        rows[tid] = (start, after, end)
+        expect_blocked[tid] = max(ready - start, 0) / 1e3 if ready is not None else 0.0
+        last[prog[tid]] = end
+        done[t.group] = max(done.get(t.group, 0), end)
+    ids = np.array([tid for q in schedule.queues for tid in q])
+    ts = np.array([rows[tid] for tid in ids], dtype=np.int64)
+    blocked, notify = wait_split(schedule, ids, ts)
+    for j, tid in enumerate(ids):
+        assert blocked[j] == pytest.approx(expect_blocked[tid])
+        assert notify[j] == pytest.approx(0.5 if schedule.tasks[tid].waits else 0.2)
+    assert blocked.max() > 0                      # the timeline has real waiting in it
+    s = summarize_times(schedule, ids, ts)
+    assert s["blocked_us_per_program"] == pytest.approx(blocked.sum() / 4)
+    assert s["notify_us_per_program"] == pytest.approx(notify.sum() / 4)
 
 
 def test_trimmed_cache_baseline_is_the_same_function():

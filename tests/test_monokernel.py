@@ -75,14 +75,18 @@ def test_bad_inputs_are_refused_before_launch():
     assert ck.epoch == 0
 
 
-def test_watchdog_names_the_stuck_task():
-    ck = kogc.compile(tiny(num_lanes=2))
-    # make one wait impossible at run time (the compile-time check cannot see a tampered table)
+@pytest.mark.parametrize("parallel_waits", [False, True])
+def test_watchdog_names_the_stuck_task(parallel_waits):
+    import dataclasses
+    from kogc.api import INTERPRETER_TILES
+    ck = kogc.compile(tiny(num_lanes=2), tile_config=dataclasses.replace(INTERPRETER_TILES, parallel_waits=parallel_waits))
+    # make one wait impossible at run time (the compile-time check cannot see a tampered table); with
+    # parallel waits, the second wait of a task with several (all acquired at once)
     table = ck.buffers.TABLE
-    slot = next(i for i in range(table.shape[1]) if table[0, i, 3] > 0)
+    slot = next(i for i in range(table.shape[1]) if table[0, i, 3] > 1)
     from kogc.scheduler.schedule import HEADER
     from kogc.scheduler.tasks import NARGS
-    table[0, slot, HEADER + NARGS + 1] = 1_000_000
+    table[0, slot, HEADER + NARGS + 3] = 1_000_000
     ck.watchdog_spins = 50
     tid = ck.schedule.queues[0][slot]
     with pytest.raises(KernelHangError, match=f"task {tid} .*counter .*needed 1000000"):
@@ -202,6 +206,8 @@ def test_l2_prefetch_option(tmp_path):
         render(build_schedule(graph, MI300X, tile_config=TileConfig(l2_prefetch=32768)))
     with pytest.raises(SchedulerError, match="power of two"):
         render(build_schedule(graph, H200, tile_config=TileConfig(l2_prefetch=1000)))
+    with pytest.raises(SchedulerError, match="parallel_waits .* mi300x"):
+        render(build_schedule(graph, MI300X, tile_config=TileConfig(parallel_waits=True)))
     with pytest.raises(KogcError, match="interpreter"):
         kogc.compile(model, tile_config=TileConfig(l2_prefetch=32768))
 
@@ -259,3 +265,22 @@ def test_read_ahead_and_attention_preload_equal_reference(impl, dtype):
             logits, nxt = ck.step(3 + pos % 7, pos)
             (ref, ref_nxt), _ = execute(ck.ir, weights, state, [3 + pos % 7, pos])
             assert rel_err(logits, ref) < tol, f"read_ahead {ahead}, pos {pos}"
+
+
+def test_parallel_waits_compile_to_plain_acquire_loads(tmp_path):
+    # the tensor of waits is polled with one `ld.global.acquire.gpu` per element (inline asm): a tensor
+    # tl.atomic_add(0) would stay a read-modify-write (serialised at L2 under hundreds of pollers)
+    from kogc.codegen.aot import compile_kernel
+    from kogc.codegen.render import KERNEL_NAME, render, signature
+    from kogc.frontend import to_ir
+    from kogc.scheduler import TileConfig, build_schedule
+    from kogc.targets import H200
+    s = build_schedule(to_ir(tiny(num_lanes=2, hidden_size=256, dtype=torch.float16)), H200,
+                       tile_config=TileConfig(parallel_waits=True))
+    assert s.max_waits > 1
+    (tmp_path / "k.py").write_text(render(s))
+    sig, consts = signature(s)
+    arts = compile_kernel(str(tmp_path / "k.py"), KERNEL_NAME, sig, consts, "h200", str(tmp_path / "sm_90"),
+                          num_warps=H200.num_warps)
+    ptx = open(arts["ptx"]).read()
+    assert "ld.global.acquire.gpu.b32" in ptx and "atom.global.gpu.acquire" not in ptx

@@ -21,7 +21,12 @@ ARG_NAMES = SimpleNamespace(**{name[2:]: getattr(T, name) for name in dir(T) if 
 
 def render(schedule: Schedule, kernel_name: str = KERNEL_NAME, interpret: bool = False) -> str:
     """interpret: the source runs under Triton's interpreter (no inline assembly there)."""
-    ahead = schedule.tile_config.read_ahead
+    cfg = schedule.tile_config
+    ahead = cfg.read_ahead
+    if cfg.parallel_waits and schedule.target.vendor == "amd":
+        # Triton 3.6's AMD backend swaps the cache operations of tensor atomics with sem= (FACTS.md)
+        raise SchedulerError(f"parallel_waits uses tensor atomics with acquire semantics, which Triton 3.6 "
+                             f"gets wrong on {schedule.target.name}; use the default (one event at a time)")
     return _ENV.get_template("monokernel.py.j2").render(
         model=schedule.graph.meta.get("model", "model"), target=schedule.target.name,
         num_programs=len(schedule.queues), num_tasks=len(schedule.tasks), variants=schedule.variants,
@@ -29,8 +34,18 @@ def render(schedule: Schedule, kernel_name: str = KERNEL_NAME, interpret: bool =
         walign=weight_alignment(schedule), aalign=activation_alignment(schedule),
         kalign=attention_alignment(schedule), prefetch_asm=schedule.target.l2_prefetch_asm,
         prefetch_elems=prefetch_elements(schedule), line_elems=128 // ESIZE[schedule.dtype],
-        table_ahead=ahead, attn_preload=ahead and schedule.tile_config.attn_preload, row_prefetch_asm=schedule.target.l2_prefetch_asm if ahead and not interpret else "",
-        row_lines=row_lines(schedule.row_width))
+        table_ahead=ahead, attn_preload=ahead and cfg.attn_preload,
+        row_prefetch_asm=schedule.target.l2_prefetch_asm if ahead and not interpret else "",
+        row_lines=row_lines(schedule.row_width), parallel_waits=cfg.parallel_waits,
+        acquire_asm="" if interpret else schedule.target.acquire_asm,
+        max_waits_pow2=_next_pow2(max(schedule.max_waits, 2)))
+
+
+def _next_pow2(n: int) -> int:
+    p = 1
+    while p < n:
+        p *= 2
+    return p
 
 
 def row_lines(width: int) -> int:

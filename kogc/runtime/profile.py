@@ -26,19 +26,39 @@ def timestamps(ck) -> tuple[np.ndarray, np.ndarray]:
 
 
 def summarize(ck) -> dict:
-    ids, ts = timestamps(ck)
-    tasks = ck.schedule.tasks
+    return summarize_times(ck.schedule, *timestamps(ck))
+
+
+def wait_split(schedule, ids: np.ndarray, ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each task's wait (start to after-waits, us) in two parts, rows in the order of `ids`:
+    blocked = how long after its start the last producer it waits on ended (the data was not there);
+    notify = from then (or its start) to the end of its waits (the publish reaching the acquire).
+    A task without waits has 0 blocked; its whole wait segment (table reads) counts as notify."""
+    at = np.zeros((len(schedule.tasks), 3))
+    at[ids] = ts
+    done = np.array([at[e.tasks, 2].max() for e in schedule.events])    # the event's last producer ended
+    ready = np.array([max((done[g] for g, _ in schedule.tasks[tid].waits), default=-np.inf) for tid in ids])
+    start, after = ts[:, 0].astype(float), ts[:, 1].astype(float)
+    blocked = np.maximum(ready - start, 0.0)
+    return blocked / 1e3, (after - np.maximum(start, ready)) / 1e3
+
+
+def summarize_times(schedule, ids: np.ndarray, ts: np.ndarray) -> dict:
+    """The summary of per-task timestamps (ids, [n, 3] ns: start, after the waits, end; queue order)."""
+    tasks = schedule.tasks
     wait, body = (ts[:, 1] - ts[:, 0]) / 1e3, (ts[:, 2] - ts[:, 1]) / 1e3
+    blocked, notify = wait_split(schedule, ids, ts)
     span = (ts[:, 2].max() - ts[:, 0].min()) / 1e3
     kinds = defaultdict(list)
     for j, tid in enumerate(ids):
         kinds[kind_key(tasks[tid])].append(j)
     per_kind = {k: {"tasks": len(js), "wait_us_mean": float(wait[js].mean()), "body_us_mean": float(body[js].mean()),
-                    "wait_us_total": float(wait[js].sum()), "body_us_total": float(body[js].sum())}
+                    "wait_us_total": float(wait[js].sum()), "body_us_total": float(body[js].sum()),
+                    "blocked_us_mean": float(blocked[js].mean()), "notify_us_mean": float(notify[js].mean())}
                 for k, js in sorted(kinds.items())}
     busy, gaps = [], []
     start = 0
-    for q in ck.schedule.queues:
+    for q in schedule.queues:
         n = len(q)
         if n:
             seg = ts[start:start + n]
@@ -48,6 +68,8 @@ def summarize(ck) -> dict:
     return {"span_us": float(span), "tasks": len(ids), "per_kind": per_kind,
             "busy_share_mean": float(np.mean(busy)), "busy_share_min": float(np.min(busy)),
             "wait_share_mean": float(wait.sum() / (span * len(busy))),
+            "blocked_us_per_program": float(blocked.sum() / len(busy)),
+            "notify_us_per_program": float(notify.sum() / len(busy)),
             "gap_us_per_program_mean": float(np.mean(gaps))}
 
 
@@ -55,10 +77,14 @@ def format_summary(s: dict) -> str:
     lines = [f"step span {s['span_us']:.1f} us over {s['tasks']} tasks; per program: busy (after waits) "
              f"{s['busy_share_mean']:.0%} mean / {s['busy_share_min']:.0%} min, waiting {s['wait_share_mean']:.0%}, "
              f"gaps between tasks {s['gap_us_per_program_mean']:.1f} us",
-             f"{'kind':34} {'tasks':>7} {'wait us':>9} {'body us':>9} {'wait total':>11} {'body total':>11}"]
+             f"waiting per program: {s['blocked_us_per_program']:.0f} us blocked (a producer not done at the task's "
+             f"start), {s['notify_us_per_program']:.0f} us from the producer's end to the acquire",
+             f"{'kind':34} {'tasks':>7} {'wait us':>9} {'blocked':>8} {'notify':>7} {'body us':>9} {'wait total':>11} "
+             f"{'body total':>11}"]
     for k, v in s["per_kind"].items():
-        lines.append(f"{k:34} {v['tasks']:7d} {v['wait_us_mean']:9.2f} {v['body_us_mean']:9.2f} "
-                     f"{v['wait_us_total']:11.0f} {v['body_us_total']:11.0f}")
+        lines.append(f"{k:34} {v['tasks']:7d} {v['wait_us_mean']:9.2f} {v['blocked_us_mean']:8.2f} "
+                     f"{v['notify_us_mean']:7.2f} {v['body_us_mean']:9.2f} {v['wait_us_total']:11.0f} "
+                     f"{v['body_us_total']:11.0f}")
     return "\n".join(lines)
 
 

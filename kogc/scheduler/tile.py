@@ -67,6 +67,8 @@ class TileConfig:
     kind_us: dict | None = None       # placement cost model: measured microseconds per task of each kind
                                       # (a profile's "matvec/rmsnorm/store": 2.7, ...); others: bytes
     place_latency_us: float = 0.0     # placement: publish-to-acquire latency between producer and consumer
+    parallel_waits: bool = False      # a task with several waits issues all its acquire loads at once (one
+                                      # round trip, not one per event); tensor atomics: refused on MI300X
     attn_preload: bool = False        # (with read_ahead) attention loads its first block of cache rows
                                       # before its wait: only this step's row waits for the QKV task
 

@@ -23,6 +23,7 @@ class Target:
     dies: int = 1                # XCDs on MI300X: block i runs on die i % dies
     timer_asm: str = ""          # inline asm reading a ns clock into $0 (profiling); "" = not available
     l2_prefetch_asm: str = ""    # inline asm asking L2 for the line at address $1 ($0: a dummy); "" = none
+    acquire_asm: str = ""        # inline asm: $0 = an acquire load (gpu scope) of the int32 at $1; "" = none
     max_registers: int | None = None   # ptxas cap per thread (None: the compiler's choice), so that
                                        # programs_per_unit programs fit one unit's register file
     notes: str = ""

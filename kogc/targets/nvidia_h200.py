@@ -11,5 +11,6 @@ H200 = Target(
     l2_bytes=60 * 2**20, last_level_cache_bytes=60 * 2**20,
     timer_asm="mov.u64 $0, %globaltimer;",
     l2_prefetch_asm="mov.u32 $0, 0; prefetch.global.L2 [$1];",
+    acquire_asm="ld.global.acquire.gpu.b32 $0, [$1];",
     notes="acquire: ld.global.acquire.gpu via atomic_add(0); publish: bar.sync then red.release.gpu",
 )
