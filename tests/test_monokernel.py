@@ -227,7 +227,8 @@ def test_cli_tile_config(capsys):
     g, hd, splits = out.split(" attention/")[1].split()[0].split("/")[:3]      # the variant's fields
     assert splits == "4"
     for bad, needle in (("{nope", "not JSON"), ('{"attn_split": 4}', "unknown field(s) attn_split"),
-                        ('[1]', "JSON object"), ('{"attn_impl": "fast"}', "unknown attention implementation")):
+                        ('[1]', "JSON object"), ('{"attn_impl": "fast"}', "unknown attention implementation"),
+                        ('{"attn_pv": "fp8"}', "unknown attn_pv")):
         assert main(["compile", MODEL_FILE, "--target", "h200", "--config", "tiny", "--emit", "tasks",
                      "--tile-config", bad]) == 2
         assert needle in capsys.readouterr().err
@@ -284,3 +285,19 @@ def test_parallel_waits_compile_to_plain_acquire_loads(tmp_path):
                           num_warps=H200.num_warps)
     ptx = open(arts["ptx"]).read()
     assert "ld.global.acquire.gpu.b32" in ptx and "atom.global.gpu.acquire" not in ptx
+
+
+@pytest.mark.parametrize("pv", ["tf32x3", "fp16"])
+def test_attention_pv_precision_options(pv):
+    # probabilities x V on tensor cores (tf32x3, about fp32) or in fp16: the same model within fp16 noise
+    import dataclasses
+    from kogc.api import INTERPRETER_TILES
+    model = tiny(seed=43, num_lanes=2, hidden_size=128, dtype=torch.float16)          # head_dim 16
+    ck = kogc.compile(model, tile_config=dataclasses.replace(INTERPRETER_TILES, attn_impl="dot", attn_pv=pv))
+    assert any(v[0] == "attention" and v[-1] == f"dot-{pv}" for v in ck.schedule.variants)
+    assert f'PV="{pv}"' in ck.source
+    weights, state = dict(model.named_parameters()), new_state(ck.ir)
+    for pos in range(6):
+        logits, nxt = ck.step(3 + pos, pos)
+        (ref, ref_nxt), _ = execute(ck.ir, weights, state, [3 + pos, pos])
+        assert rel_err(logits, ref) < 1e-2, f"pos {pos}"

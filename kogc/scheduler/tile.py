@@ -69,6 +69,8 @@ class TileConfig:
     place_latency_us: float = 0.0     # placement: publish-to-acquire latency between producer and consumer
     parallel_waits: bool = False      # a task with several waits issues all its acquire loads at once (one
                                       # round trip, not one per event); tensor atomics: refused on MI300X
+    attn_pv: str = "ieee"             # with dot attention, probabilities x V: "ieee" (fp32 FMA, exact products),
+                                      # "tf32x3" (tensor cores, about fp32), "fp16" (p rounded to fp16)
     attn_preload: bool = False        # (with read_ahead) attention loads its first block of cache rows
                                       # before its wait: only this step's row waits for the QKV task
 
@@ -244,6 +246,9 @@ def _tile_attention(op, by, lay, val, new, cfg, es, lanes_of):
                     ("attention splits", cfg.attn_splits)):
         _pow2(x, what, op)
     impl, block = attention_impl(cfg, g, hd, es)
+    if cfg.attn_pv not in ("ieee", "tf32x3", "fp16"):
+        raise SchedulerError(f"unknown attn_pv {cfg.attn_pv!r} (ieee | tf32x3 | fp16)")
+    kernel_impl = f"dot-{cfg.attn_pv}" if cfg.attn_pv != "ieee" and impl == "dot" else impl   # "dot-<pv>"
     if impl == "dot" and (g > 16 or hd < 16 or block < 16):
         raise SchedulerError(f"attention with tl.dot needs <= 16 query heads per KV head, head_dim >= 16 and "
                              f"blocks of >= 16 positions (got {g}, {hd}, {block}) at {op.node}")
@@ -265,7 +270,7 @@ def _tile_attention(op, by, lay, val, new, cfg, es, lanes_of):
                 m0 = pbase + ns * K + j * nq + kh * g
                 writes = [Region("f32", acc0, acc0 + g * hd), Region("f32", m0, m0 + g),
                           Region("f32", m0 + ns * nq, m0 + ns * nq + g)]
-                new(("attention", g, hd, ns, nq, block, impl), op, l, a, reads, writes,
+                new(("attention", g, hd, ns, nq, block, kernel_impl), op, l, a, reads, writes,
                     cost=int(2 * (ctx // ns) * hd * es * cfg.attn_cost_scale))
 
 
