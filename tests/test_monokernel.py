@@ -301,3 +301,50 @@ def test_attention_pv_precision_options(pv):
         logits, nxt = ck.step(3 + pos, pos)
         (ref, ref_nxt), _ = execute(ck.ir, weights, state, [3 + pos, pos])
         assert rel_err(logits, ref) < 1e-2, f"pos {pos}"
+
+
+@pytest.mark.parametrize("lanes", [2, 4])
+def test_merged_events_kernel_equals_reference(lanes):
+    import dataclasses
+    from kogc.api import INTERPRETER_TILES
+    model = tiny(seed=51 + lanes, num_lanes=lanes)
+    ck = kogc.compile(model, tile_config=dataclasses.replace(INTERPRETER_TILES, merge_events=True))
+    assert any("+" in e.name for e in ck.schedule.events)
+    weights, state = dict(model.named_parameters()), new_state(ck.ir)
+    for pos in range(8):
+        logits, nxt = ck.step(2 + pos, pos)
+        (ref, ref_nxt), _ = execute(ck.ir, weights, state, [2 + pos, pos])
+        assert rel_err(logits, ref) < 1e-5 and nxt == int(ref_nxt), f"pos {pos}"
+    # several steps in one launch (the step boundary too): the same tokens as the unmerged kernel
+    plain = kogc.compile(model, tile_config=INTERPRETER_TILES)
+    assert ck.generate([5, 6], 6) == plain.generate([5, 6], 6)
+
+
+@pytest.mark.parametrize("lanes", [1, 2])
+def test_dynamic_placement_equals_reference(lanes):
+    # one task list, programs taking tasks by atomic ticket (here 3 programs under the interpreter:
+    # the first takes every task in order, the others find the list empty); steps and a generation
+    import dataclasses
+    from kogc.api import INTERPRETER_TILES
+    model = tiny(seed=61 + lanes, num_lanes=lanes)
+    ck = kogc.compile(model, tile_config=dataclasses.replace(INTERPRETER_TILES, dynamic=True, merge_events=True),
+                      num_programs=3)
+    assert ck.schedule.num_programs == 3 and len(ck.schedule.queues) == 1 and "ticket" in ck.schedule.report()
+    weights, state = dict(model.named_parameters()), new_state(ck.ir)
+    for pos in range(6):
+        logits, nxt = ck.step(4 + pos, pos)
+        (ref, ref_nxt), _ = execute(ck.ir, weights, state, [4 + pos, pos])
+        assert rel_err(logits, ref) < 1e-5 and nxt == int(ref_nxt), f"pos {pos}"
+    plain = kogc.compile(model, tile_config=INTERPRETER_TILES)
+    assert ck.generate([5, 6], 6) == plain.generate([5, 6], 6)
+
+
+def test_dynamic_placement_refuses_per_queue_options():
+    from kogc.codegen.render import render
+    from kogc.frontend import to_ir
+    from kogc.scheduler import SchedulerError, TileConfig, build_schedule
+    from kogc.targets import H200
+    s = build_schedule(to_ir(tiny(num_lanes=2)), H200, tile_config=TileConfig(dynamic=True, read_ahead=True),
+                       num_programs=4)
+    with pytest.raises(SchedulerError, match="dynamic placement .* read_ahead"):
+        render(s)

@@ -340,3 +340,48 @@ def test_placement_with_measured_kind_times(graphs):
         assert sec == pytest.approx(slow_attention[t.kind_key] * 1e-6 if t.kind_key in slow_attention
                                     else 0.5e-6 + t.cost_bytes / (H200.hbm_read_bw / 8))
     assert tile_config_from_json('{"kind_us": {"attention": 8.4}, "place_latency_us": 1}').kind_us == {"attention": 8.4}
+
+
+@pytest.mark.parametrize("lanes", [1, 2, 4])
+def test_merged_events_are_sound_and_fewer(graphs, lanes):
+    # TileConfig.merge_events: events waited on by exactly the same tasks share one counter (a lane's
+    # Q/K/V for its attention, W1/W3 for W2); the schedule still passes the check, attention waits once
+    import dataclasses
+    base = build_schedule(graphs(lanes), H200, "parallel", CFG, num_programs=8)
+    s = build_schedule(graphs(lanes), H200, "parallel", dataclasses.replace(CFG, merge_events=True), num_programs=8)
+    check_schedule(s.tasks, s.events, s.queues)
+    assert len(s.events) < len(base.events)
+    assert sum(len(t.waits) for t in s.tasks) < sum(len(t.waits) for t in base.tasks)
+    assert all(len(t.waits) <= 1 for t in s.tasks if t.kind == "attention")     # (0: pruned by program order)
+    for e in s.events:                     # every producer publishes to its event; needs add up
+        assert all(s.tasks[tid].group == e.id for tid in e.tasks)
+    assert sorted(tid for e in s.events for tid in e.tasks) == list(range(len(s.tasks)))
+    for t in s.tasks:
+        assert all(need == s.events[g].need and g != t.group for g, need in t.waits)
+
+
+def test_dynamic_placement_check(graphs):
+    # TileConfig.dynamic: one list in the placement's order, no program-order pruning; the check
+    # proves every dependency is covered by waits alone and every waited producer comes earlier
+    import dataclasses
+    from kogc.scheduler.check import check_dynamic
+    cfg = dataclasses.replace(CFG, dynamic=True)
+    s = build_schedule(graphs(2), H200, "parallel", cfg, num_programs=8)
+    assert len(s.queues) == 1 and s.num_programs == 8
+    assert sorted(s.queues[0]) == list(range(len(s.tasks)))
+    # a dropped wait is a race (nothing else orders the tasks when any program may take any task) ...
+    t = next(t for t in s.tasks if t.waits and t.deps)
+    broken = copy.deepcopy(s.tasks)
+    broken[t.id].waits = []
+    with pytest.raises(SchedulerError, match=f"race: task {t.id} "):
+        check_dynamic(broken, s.events, s.queues[0])
+    # ... and a waiter before its producer in the list could deadlock
+    order = list(s.queues[0])
+    i = order.index(t.id)
+    producer = max(s.events[t.waits[0][0]].tasks, key=order.index)
+    order.remove(producer)
+    order.insert(i, producer)        # the producer now right at the waiter's place: waiter first
+    order.remove(t.id)
+    order.insert(order.index(producer), t.id)
+    with pytest.raises(SchedulerError, match="deadlock"):
+        check_dynamic(s.tasks, s.events, order)

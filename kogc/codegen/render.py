@@ -23,6 +23,9 @@ def render(schedule: Schedule, kernel_name: str = KERNEL_NAME, interpret: bool =
     """interpret: the source runs under Triton's interpreter (no inline assembly there)."""
     cfg = schedule.tile_config
     ahead = cfg.read_ahead
+    if cfg.dynamic and (cfg.read_ahead or cfg.l2_prefetch):
+        raise SchedulerError("dynamic placement takes tasks by ticket: read_ahead and l2_prefetch read a "
+                             "program's next queue entry, which it does not have")
     if cfg.parallel_waits and schedule.target.vendor == "amd":
         # Triton 3.6's AMD backend swaps the cache operations of tensor atomics with sem= (FACTS.md)
         raise SchedulerError(f"parallel_waits uses tensor atomics with acquire semantics, which Triton 3.6 "
@@ -37,7 +40,7 @@ def render(schedule: Schedule, kernel_name: str = KERNEL_NAME, interpret: bool =
         table_ahead=ahead, attn_preload=ahead and cfg.attn_preload,
         row_prefetch_asm=schedule.target.l2_prefetch_asm if ahead and not interpret else "",
         row_lines=row_lines(schedule.row_width), parallel_waits=cfg.parallel_waits,
-        acquire_asm="" if interpret else schedule.target.acquire_asm,
+        acquire_asm="" if interpret else schedule.target.acquire_asm, dynamic=cfg.dynamic,
         max_waits_pow2=_next_pow2(max(schedule.max_waits, 2)))
 
 
@@ -103,7 +106,7 @@ def signature(schedule: Schedule) -> tuple[dict[str, str], dict[str, object]]:
     dt = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}[schedule.dtype]
     sig = {"W": f"*{dt}", "WOFF": "*i64", "TABLE": "*i32", "QLEN": "*i32", "ACT": f"*{dt}", "F32": "*fp32",
            "KV": f"*{dt}", "SMALL": f"*{dt}", "EMB": f"*{dt}", "COS": "*fp32", "SIN": "*fp32", "CNT": "*i32",
-           "ERR": "*i32", "OUT": "*i32", "PROF": "*i64", "token": "i32", "pos0": "i32", "epoch0": "i32",
+           "ERR": "*i32", "OUT": "*i32", "PROF": "*i64", "WTASK": "*i64", "TICKET": "*i32", "token": "i32", "pos0": "i32", "epoch0": "i32",
            "limit": "i32", "nsteps": "i32", "eos": "i32", "seed": "i64", "temperature": "fp32", "top_k": "i32",
            "top_p": "fp32", "MAXLEN": "constexpr", "ROW": "constexpr",
            "PROFILE": "constexpr", "SAMPLE_EV": "constexpr"}

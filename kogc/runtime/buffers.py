@@ -28,11 +28,14 @@ class Buffers:
     ERR: torch.Tensor
     OUT: torch.Tensor
     PROF: torch.Tensor    # int64 [programs, max queue length, 3] timestamps when profiling, else [1]
+    WTASK: torch.Tensor   # int64 [tasks]: where each task's weights start (dynamic placement), else [1]
+    TICKET: torch.Tensor  # int32 [1]: the next task's ticket (dynamic placement), zeroed per launch
 
     def kernel_args(self, out: torch.Tensor | None = None) -> list[torch.Tensor]:
         """The kernel's tensor arguments; `out` replaces OUT (e.g. pinned host memory to stream tokens)."""
         return [self.W, self.WOFF, self.TABLE, self.QLEN, self.ACT, self.F32, self.KV, self.SMALL, self.EMB,
-                self.COS, self.SIN, self.CNT, self.ERR, self.OUT if out is None else out, self.PROF]
+                self.COS, self.SIN, self.CNT, self.ERR, self.OUT if out is None else out, self.PROF, self.WTASK,
+                self.TICKET]
 
     def nbytes(self) -> dict[str, int]:
         return {k: v.numel() * v.element_size() for k, v in self.__dict__.items()}
@@ -95,4 +98,14 @@ def allocate(schedule: Schedule, weights: dict[str, torch.Tensor], device, profi
         SIN=sin.contiguous().to(device), CNT=z(len(schedule.events), torch.int32), ERR=z(8, torch.int32),
         OUT=z(4 + max_pos, torch.int32),   # [last token, steps done, stopped at EOS, -, token of each step]
         PROF=(torch.zeros((len(schedule.queues), table.shape[1], 3), dtype=torch.int64, device=device)
-              if profile else z(1, torch.int64)))
+              if profile else z(1, torch.int64)),
+        WTASK=(torch.from_numpy(task_weight_offsets(schedule)).to(device) if schedule.tile_config.dynamic
+               else z(1, torch.int64)),
+        TICKET=z(1, torch.int32))
+
+
+def task_weight_offsets(schedule: Schedule) -> np.ndarray:
+    """Where each entry of the (single) task list starts in the weight stream: the list's weights
+    are packed in its order, so a task's offset is the sum of the tiles before it."""
+    sizes = [schedule.tasks[tid].weight.numel if schedule.tasks[tid].weight else 0 for tid in schedule.queues[0]]
+    return np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)

@@ -129,3 +129,32 @@ def check_step_closure(schedule) -> None:
         t = next(t for t in tasks if t.id not in seen)
         raise SchedulerError(f"task {t.id} ({t.op}, lane {t.lane}) does not feed the sampled token: a later step "
                              f"could overwrite its buffers while it runs")
+
+
+def check_dynamic(tasks: list[Task], events: list[Event], order: list[int]) -> None:
+    """A dynamic placement: every resident program takes the next task of `order` by ticket, so
+    nothing can be assumed from program order. Sound if (1) every producer of an event a task waits
+    on comes earlier in the order (its ticket was taken first, by a program that will finish it: no
+    deadlock, by induction along the order), and (2) every exact producer of a task is known complete
+    through its waits alone (the waited events, and what their producers waited on, transitively)."""
+    at = np.empty(len(tasks), dtype=np.int64)
+    at[np.asarray(order, dtype=np.int64)] = np.arange(len(order))
+    if len(order) != len(tasks) or len(set(order)) != len(tasks):
+        raise SchedulerError("dynamic placement: the order must hold every task once")
+    last = [max(int(at[tid]) for tid in e.tasks) for e in events]
+    known = [0] * len(events)                 # bitset: events complete whenever this one is
+    for tid in order:
+        t = tasks[tid]
+        closure = 0
+        for g, _ in t.waits:
+            if last[g] >= at[tid]:
+                raise SchedulerError(f"dynamic placement: task {tid} ({t.op}, lane {t.lane}) waits on event {g} "
+                                     f"({events[g].name}) whose producer comes later in the order: deadlock")
+            closure |= (1 << g) | known[g]
+        for d in t.deps:
+            if not (closure >> tasks[d].group) & 1:
+                raise SchedulerError(f"race: task {tid} ({t.op}, lane {t.lane}) reads what task {d} ({tasks[d].op}, "
+                                     f"lane {tasks[d].lane}) writes, but none of its waits covers it "
+                                     f"(waits: {[events[g].name for g, _ in t.waits]})")
+        known[t.group] |= closure
+

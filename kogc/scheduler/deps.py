@@ -99,3 +99,46 @@ def derive(tasks: list[Task]) -> list[Event]:
         t.waits = [(g, events[g].need) for g in wanted if not (implied >> g) & 1]
         ancestors[t.group] |= reach
     return events
+
+
+def merge_events(tasks: list[Task], events: list[Event]) -> list[Event]:
+    """Merge the events that exactly the same tasks wait on (a lane's Q, K and V, which only its
+    attention reads; W1 and W3, which only W2 reads): one counter needing all their producers, so a
+    consumer acquires once instead of once per producing op. Sound: a producer of one of them is
+    never a waiter of the other (it would then wait on its own event, which derive never makes).
+    Renumbers the events; fills tasks' groups and waits anew; returns the new list."""
+    waiters: dict[int, list[int]] = {}
+    for t in tasks:
+        for g, _ in t.waits:
+            waiters.setdefault(g, []).append(t.id)
+    first: dict[tuple, int] = {}
+    into = list(range(len(events)))
+    for g in range(len(events)):
+        if g in waiters:
+            into[g] = first.setdefault(tuple(waiters[g]), g)
+    if into == list(range(len(events))):
+        return events
+    new_id: dict[int, int] = {}
+    merged: list[Event] = []
+    for g, e in enumerate(events):
+        if into[g] == g:
+            new_id[g] = len(merged)
+            merged.append(Event(len(merged), e.name, list(e.tasks)))
+    for g, e in enumerate(events):
+        if into[g] != g:
+            new_id[g] = new_id[into[g]]
+            m = merged[new_id[g]]
+            m.tasks.extend(e.tasks)
+            m.name += "+" + e.name
+    for e in merged:
+        e.tasks.sort()
+    for t in tasks:
+        t.group = new_id[t.group]
+        if any(new_id[g] == t.group for g, _ in t.waits):
+            raise SchedulerError(f"merging events would make task {t.id} ({t.op}) wait on its own event")
+        waits: dict[int, int] = {}
+        for g, _ in t.waits:
+            waits[new_id[g]] = merged[new_id[g]].need
+        t.waits = list(waits.items())
+    return merged
+

@@ -16,7 +16,8 @@ TASK_OVERHEAD_S = 0.5e-6      # table read, wait check, publish: per task, whate
 
 def place_parallel(tasks: list[Task], events: list[Event], num_programs: int,
                    bytes_per_s_per_program: float, lane_stagger: float = 0.0,
-                   task_seconds: list[float] | None = None, wait_latency_s: float = 0.0) -> tuple[list[list[int]], float]:
+                   task_seconds: list[float] | None = None, wait_latency_s: float = 0.0,
+                   order: list[int] | None = None) -> tuple[list[list[int]], float]:
     """Queues for `num_programs` programs, and the estimated makespan in seconds.
 
     Event-driven list scheduling: when a program frees up it takes, among the tasks whose inputs are
@@ -32,7 +33,8 @@ def place_parallel(tasks: list[Task], events: list[Event], num_programs: int,
 
     `task_seconds` (per task id) replaces the bytes model, e.g. with a profile's measured durations;
     `wait_latency_s` is added between a producer's end and its consumer's readiness (publish to
-    acquire)."""
+    acquire). `order`, if given, receives every task id in the order placed (start times never
+    decrease: a topological order, the global list of a dynamic placement)."""
     n = len(tasks)
     waiters: dict[int, list[int]] = {}
     pending = [0] * n
@@ -70,6 +72,8 @@ def place_parallel(tasks: list[Task], events: list[Event], num_programs: int,
         else:
             end = f + TASK_OVERHEAD_S + t.cost_bytes / bytes_per_s_per_program
         queues[p].append(tid)
+        if order is not None:
+            order.append(tid)
         heapq.heappush(free, (end, p))
         placed += 1
         makespan = max(makespan, end)

@@ -11,8 +11,8 @@ import numpy as np
 
 from ..ir.graph import Graph
 from ..targets import Target
-from .check import check_schedule, prune_by_program_order
-from .deps import Event, derive
+from .check import check_dynamic, check_schedule, prune_by_program_order
+from .deps import Event, derive, merge_events
 from .fuse import FusedOp, fuse
 from .place import TASK_OVERHEAD_S, place_parallel, place_sequential
 from .tasks import NARGS, Task
@@ -35,6 +35,11 @@ class Schedule:
     variants: list[tuple] = field(default_factory=list)
     est_seconds: float = 0.0
     timings: dict = field(default_factory=dict)
+    grid: int = 0                   # programs launched when not one per queue (dynamic placement: one list)
+
+    @property
+    def num_programs(self) -> int:
+        return self.grid or len(self.queues)
 
     @property
     def dtype(self) -> str:
@@ -84,7 +89,8 @@ class Schedule:
         total = sum(wbytes)
         lines = [
             f"target {self.target.name} ({self.target.arch}), placement {self.placement}, "
-            f"{len(self.queues)} programs",
+            + (f"dynamic: {self.num_programs} programs take one list of {len(self.queues[0])} tasks by ticket"
+               if self.tile_config.dynamic else f"{len(self.queues)} programs"),
             f"tasks {len(self.tasks)}: " + ", ".join(f"{k} {v}" for k, v in sorted(kinds.items())),
             f"code variants {len(self.variants)}, events {len(self.events)}, waits per task <= {self.max_waits}, "
             f"total waits {sum(len(t.waits) for t in self.tasks)}",
@@ -128,30 +134,39 @@ def build_schedule(graph: Graph, target: Target, placement: str = "parallel",
     timings["tile"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     events = derive(tasks)
+    if cfg.merge_events:
+        events = merge_events(tasks, events)
     timings["deps"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    est = 0.0
+    est, grid = 0.0, 0
     if placement == "sequential":
         queues = place_sequential(tasks)
+        grid = (num_programs or 1) if cfg.dynamic else 0
     elif placement == "parallel":
         P = num_programs or target.num_programs
         if task_seconds is None and cfg.kind_us:
             task_seconds = kind_seconds(tasks, cfg.kind_us, target.hbm_read_bw / P)
+        order: list[int] = []
         queues, est = place_parallel(tasks, events, P, target.hbm_read_bw / P, cfg.lane_stagger,
-                                     task_seconds, wait_latency_s or cfg.place_latency_us * 1e-6)
+                                     task_seconds, wait_latency_s or cfg.place_latency_us * 1e-6, order)
+        if cfg.dynamic:           # one list in the placement's start order; programs take tasks by ticket
+            queues, grid = [order], P
     else:
         raise ValueError(f"unknown placement {placement!r} (parallel | sequential)")
     timings["place"] = time.perf_counter() - t0
-    if prune and placement == "parallel":
+    if prune and placement == "parallel" and not cfg.dynamic:    # program order says nothing when dynamic
         t0 = time.perf_counter()
         prune_by_program_order(tasks, events, queues)
         timings["prune"] = time.perf_counter() - t0
     if check:
         t0 = time.perf_counter()
         check_schedule(tasks, events, queues)
+        if cfg.dynamic:
+            check_dynamic(tasks, events, queues[0])
         timings["check"] = time.perf_counter() - t0
     variants = sorted({t.variant for t in tasks}, key=lambda v: [str(x) for x in v])
-    return Schedule(graph, target, placement, ops, tasks, events, queues, layout, cfg, variants, est, timings)
+    return Schedule(graph, target, placement, ops, tasks, events, queues, layout, cfg, variants, est, timings,
+                    grid=grid)
 
 
 def kind_seconds(tasks: list[Task], kind_us: dict, bytes_per_s_per_program: float) -> list[float]:

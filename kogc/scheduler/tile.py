@@ -71,6 +71,10 @@ class TileConfig:
                                       # round trip, not one per event); tensor atomics: refused on MI300X
     attn_pv: str = "ieee"             # with dot attention, probabilities x V: "ieee" (fp32 FMA, exact products),
                                       # "tf32x3" (tensor cores, about fp32), "fp16" (p rounded to fp16)
+    merge_events: bool = False        # one counter for events the same tasks always wait on together (a lane's
+                                      # Q/K/V for attention, W1/W3 for W2): one acquire instead of 2-3
+    dynamic: bool = False             # one task list in the placement's order; each program takes the next
+                                      # task by an atomic ticket (balances itself to the real task times)
     attn_preload: bool = False        # (with read_ahead) attention loads its first block of cache rows
                                       # before its wait: only this step's row waits for the QKV task
 
