@@ -310,12 +310,18 @@ def test_merged_events_kernel_equals_reference(lanes):
     model = tiny(seed=51 + lanes, num_lanes=lanes)
     ck = kogc.compile(model, tile_config=dataclasses.replace(INTERPRETER_TILES, merge_events=True))
     assert any("+" in e.name for e in ck.schedule.events)
+    steps_and_generation_match(model, ck, steps=8)
+
+
+def steps_and_generation_match(model, ck, steps):
+    """`steps` single steps equal the IR reference; several steps in one launch (the step boundary
+    too) give the same tokens as the default kernel."""
+    from kogc.api import INTERPRETER_TILES
     weights, state = dict(model.named_parameters()), new_state(ck.ir)
-    for pos in range(8):
+    for pos in range(steps):
         logits, nxt = ck.step(2 + pos, pos)
         (ref, ref_nxt), _ = execute(ck.ir, weights, state, [2 + pos, pos])
         assert rel_err(logits, ref) < 1e-5 and nxt == int(ref_nxt), f"pos {pos}"
-    # several steps in one launch (the step boundary too): the same tokens as the unmerged kernel
     plain = kogc.compile(model, tile_config=INTERPRETER_TILES)
     assert ck.generate([5, 6], 6) == plain.generate([5, 6], 6)
 
@@ -330,13 +336,7 @@ def test_dynamic_placement_equals_reference(lanes):
     ck = kogc.compile(model, tile_config=dataclasses.replace(INTERPRETER_TILES, dynamic=True, merge_events=True),
                       num_programs=3)
     assert ck.schedule.num_programs == 3 and len(ck.schedule.queues) == 1 and "ticket" in ck.schedule.report()
-    weights, state = dict(model.named_parameters()), new_state(ck.ir)
-    for pos in range(6):
-        logits, nxt = ck.step(4 + pos, pos)
-        (ref, ref_nxt), _ = execute(ck.ir, weights, state, [4 + pos, pos])
-        assert rel_err(logits, ref) < 1e-5 and nxt == int(ref_nxt), f"pos {pos}"
-    plain = kogc.compile(model, tile_config=INTERPRETER_TILES)
-    assert ck.generate([5, 6], 6) == plain.generate([5, 6], 6)
+    steps_and_generation_match(model, ck, steps=6)
 
 
 def test_dynamic_placement_refuses_per_queue_options():
