@@ -32,7 +32,7 @@ def render(schedule: Schedule, kernel_name: str = KERNEL_NAME, interpret: bool =
                              f"gets wrong on {schedule.target.name}; use the default (one event at a time)")
     return _ENV.get_template("monokernel.py.j2").render(
         model=schedule.graph.meta.get("model", "model"), target=schedule.target.name,
-        num_programs=len(schedule.queues), num_tasks=len(schedule.tasks), variants=schedule.variants,
+        num_programs=schedule.num_programs, num_tasks=len(schedule.tasks), variants=schedule.variants,
         nargs=T.NARGS, header=HEADER, A=ARG_NAMES, kernel_name=kernel_name, timer_asm=schedule.target.timer_asm,
         walign=weight_alignment(schedule), aalign=activation_alignment(schedule),
         kalign=attention_alignment(schedule), prefetch_asm=schedule.target.l2_prefetch_asm,
@@ -106,8 +106,8 @@ def signature(schedule: Schedule) -> tuple[dict[str, str], dict[str, object]]:
     dt = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}[schedule.dtype]
     sig = {"W": f"*{dt}", "WOFF": "*i64", "TABLE": "*i32", "QLEN": "*i32", "ACT": f"*{dt}", "F32": "*fp32",
            "KV": f"*{dt}", "SMALL": f"*{dt}", "EMB": f"*{dt}", "COS": "*fp32", "SIN": "*fp32", "CNT": "*i32",
-           "ERR": "*i32", "OUT": "*i32", "PROF": "*i64", "WTASK": "*i64", "TICKET": "*i32", "token": "i32", "pos0": "i32", "epoch0": "i32",
-           "limit": "i32", "nsteps": "i32", "eos": "i32", "seed": "i64", "temperature": "fp32", "top_k": "i32",
+           "ERR": "*i32", "OUT": "*i32", "PROF": "*i64", "WTASK": "*i64", "TICKET": "*i32", "token": "i32",
+           "pos0": "i32", "epoch0": "i32", "limit": "i32", "nsteps": "i32", "eos": "i32", "seed": "i64", "temperature": "fp32", "top_k": "i32",
            "top_p": "fp32", "MAXLEN": "constexpr", "ROW": "constexpr",
            "PROFILE": "constexpr", "SAMPLE_EV": "constexpr"}
     consts = {"MAXLEN": max(len(q) for q in schedule.queues), "ROW": schedule.row_width, "PROFILE": False,
