@@ -116,34 +116,31 @@ def main(argv=None) -> dict:
     if args.placements:
         if task_us is None:
             raise SystemExit("--placements needs --task-times")
-        res["placements"] = rank_placements(model, cfg, task_us, json.loads(args.placements),
+        res["placements"] = rank_placements(schedule, cfg, task_us, json.loads(args.placements),
                                             [float(x) for x in args.latency_us.split(",")])
     return res
 
 
-def rank_placements(model, cfg, task_us, variants, latencies) -> list[dict]:
-    """Re-place the same tasks per variant; replay each with the measured task times."""
+def rank_placements(schedule, cfg, task_us, variants, latencies) -> list[dict]:
+    """Re-place the same tasks (`schedule`'s tiling) per variant; replay each with the measured times."""
     import dataclasses
-    graph = to_ir(model)
+    per_kind = defaultdict(list)
+    for t in schedule.tasks:
+        per_kind[kind_key(t)].append(task_us[t.id])
+    kind_means = {k: sum(x) / len(x) for k, x in per_kind.items()}
     rows = []
     print("placement | " + " | ".join(f"as scheduled at {lat:g} us" for lat in latencies))
     for v in variants:
         v = dict(v)
         measured, lat_place = v.pop("measured", False), v.pop("wait_latency_us", 0.0)
-        seconds = None
-        if measured == "kind_means":    # what a compiler could know: the mean measured time per task kind
-            tasks = build_schedule(graph, get_target("h200"), "parallel", cfg, check=False, prune=False).tasks
-            per_kind = defaultdict(list)
-            for t in tasks:
-                per_kind[kind_key(t)].append(task_us[t.id])
-            mean = {k: sum(x) / len(x) for k, x in per_kind.items()}
-            seconds = [mean[kind_key(t)] * 1e-6 for t in tasks]
-        elif measured:
-            seconds = [u * 1e-6 for u in task_us]
-        s = build_schedule(graph, get_target("h200"), "parallel", dataclasses.replace(cfg, **v),
+        if measured == "kind_means":    # what a compiler could know: TileConfig.kind_us from a profile
+            v["kind_us"] = kind_means
+        seconds = [u * 1e-6 for u in task_us] if measured is True else None
+        s = build_schedule(schedule.graph, schedule.target, "parallel", dataclasses.replace(cfg, **v),
                            task_seconds=seconds, wait_latency_s=lat_place * 1e-6)
         spans = [longest_path(s, None, lat, True, task_us)[0] for lat in latencies]
-        rows.append({"variant": {**v, "measured": measured, "wait_latency_us": lat_place}, "as_scheduled_us": spans})
+        shown = {k: x for k, x in v.items() if k != "kind_us" or measured != "kind_means"}
+        rows.append({"variant": {**shown, "measured": measured, "wait_latency_us": lat_place}, "as_scheduled_us": spans})
         print(f"{rows[-1]['variant']} | " + " | ".join(f"{x:.1f}" for x in spans), flush=True)
     return rows
 

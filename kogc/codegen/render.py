@@ -8,7 +8,7 @@ import jinja2
 
 from ..scheduler import Schedule, SchedulerError
 from ..scheduler.fuse import is_pow2
-from ..scheduler.tile import ESIZE
+from ..scheduler.tile import ESIZE, next_pow2
 from ..scheduler import tasks as T
 from ..scheduler.schedule import HEADER
 
@@ -41,14 +41,7 @@ def render(schedule: Schedule, kernel_name: str = KERNEL_NAME, interpret: bool =
         row_prefetch_asm=schedule.target.l2_prefetch_asm if ahead and not interpret else "",
         row_lines=row_lines(schedule.row_width), parallel_waits=cfg.parallel_waits,
         acquire_asm="" if interpret else schedule.target.acquire_asm, dynamic=cfg.dynamic,
-        max_waits_pow2=_next_pow2(max(schedule.max_waits, 2)))
-
-
-def _next_pow2(n: int) -> int:
-    p = 1
-    while p < n:
-        p *= 2
-    return p
+        max_waits_pow2=next_pow2(max(schedule.max_waits, 2)))
 
 
 def row_lines(width: int) -> int:

@@ -96,6 +96,7 @@ class CompiledKernel:
         self.vocab = graph.by_name()[self._logits].type.shape[0]
         # fixed for every launch: computed once (launch runs once per token in a step loop)
         self._grid = (schedule.num_programs,)
+        self._dynamic = schedule.tile_config.dynamic
         self._launch_options = dict(MAXLEN=self.buffers.TABLE.shape[1], ROW=self.buffers.TABLE.shape[2],
                                     PROFILE=profile, SAMPLE_EV=schedule.sample_event)
         if not interpret:
@@ -121,7 +122,7 @@ class CompiledKernel:
         `generate` sets them to the steps actually run."""
         epoch0 = self.epoch + 1
         self.epoch += nsteps
-        if self.schedule.tile_config.dynamic:
+        if self._dynamic:
             self.buffers.TICKET.zero_()          # stream-ordered: the previous launch is done with it
         with interpreter(self.interpret) if self.interpret else contextlib.nullcontext():
             self.compiled = self.kernel[self._grid](

@@ -137,10 +137,10 @@ def check_dynamic(tasks: list[Task], events: list[Event], order: list[int]) -> N
     on comes earlier in the order (its ticket was taken first, by a program that will finish it: no
     deadlock, by induction along the order), and (2) every exact producer of a task is known complete
     through its waits alone (the waited events, and what their producers waited on, transitively)."""
+    if sorted(order) != list(range(len(tasks))):
+        raise SchedulerError("dynamic placement: the order must hold every task once")
     at = np.empty(len(tasks), dtype=np.int64)
     at[np.asarray(order, dtype=np.int64)] = np.arange(len(order))
-    if len(order) != len(tasks) or len(set(order)) != len(tasks):
-        raise SchedulerError("dynamic placement: the order must hold every task once")
     last = [max(int(at[tid]) for tid in e.tasks) for e in events]
     known = [0] * len(events)                 # bitset: events complete whenever this one is
     for tid in order:

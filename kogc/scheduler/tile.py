@@ -154,7 +154,7 @@ def tile(graph: Graph, ops: list[FusedOp], cfg: TileConfig) -> tuple[list[Task],
         elif op.kind == "argmax":
             part = lay.slots[f"{p['logits']}.argmax"]
             nparts = part[2] // 2
-            blk = min(1024, _next_pow2(nparts))
+            blk = min(1024, next_pow2(nparts))
             logits = by[p["logits"]].type.shape[0]
             args = _args({A_X: part[1], A_ROW0: nparts, A_X2: lay.at(p["logits"], -1), A_H: logits})
             reads = [Region("f32", part[1], part[1] + 2 * nparts), lay.region(p["logits"], -1, 0, logits)]
@@ -192,7 +192,7 @@ def _tile_matvec(op, by, lay, val, new, cfg, es, lanes_of):
     term = terms[0] if terms else None
     variant = ("matvec", rows, K, pro, epi, hd) + variant_extra + (op.lanes,)
     if not is_pow2(K):      # Triton's ranges are powers of two: K is held in KP lanes, the rest masked
-        variant += (_next_pow2(K),)
+        variant += (next_pow2(K),)
     wname = by[p["w"]].attrs["name"]
     for l in lanes_of(op):
         x_reads, x_args = _prologue(op, by, lay, l, K, cfg)
@@ -322,7 +322,7 @@ def _rows(N, K, es, tile_bytes, p) -> int:
     return rows
 
 
-def _next_pow2(x: int) -> int:
+def next_pow2(x: int) -> int:
     return 1 << max(0, (x - 1).bit_length())
 
 
