@@ -121,9 +121,9 @@ def main():
             results.append(row)
         ck = None   # free its buffers before the next variant
         torch.cuda.empty_cache()
-    if os.environ.get("OUT"):
-        with open(os.path.join(os.environ["OUT"], "sweep.json"), "w") as f:
-            json.dump(results, f, indent=1)
+        if os.environ.get("OUT"):   # after every variant: a run cut off by its time limit keeps what it measured
+            with open(os.path.join(os.environ["OUT"], "sweep.json"), "w") as f:
+                json.dump(results, f, indent=1)
 
 
 if __name__ == "__main__":
