@@ -193,17 +193,20 @@ def test_l2_prefetch_option(tmp_path):
     model = tiny(num_lanes=2, hidden_size=256, dtype=torch.float16)
     graph = to_ir(model)
     counts = {}
-    for nbytes in (0, 32768):
-        # (read_ahead off: its table-row prefetch is the same instruction)
-        s = build_schedule(graph, H200, tile_config=TileConfig(l2_prefetch=nbytes, read_ahead=False))
-        (tmp_path / f"{nbytes}.py").write_text(render(s))
+    # (read_ahead off: its table-row prefetch is the same instruction); attn_prefetch: attention asks
+    # L2 for its cache rows before its wait
+    for name, opts in {"off": {}, "weights": {"l2_prefetch": 32768}, "attention": {"attn_prefetch": True}}.items():
+        s = build_schedule(graph, H200, tile_config=TileConfig(read_ahead=False, **opts))
+        (tmp_path / f"{name}.py").write_text(render(s))
         sig, consts = signature(s)
-        arts = compile_kernel(str(tmp_path / f"{nbytes}.py"), KERNEL_NAME, sig, consts, "h200",
-                              str(tmp_path / f"sm_90_{nbytes}"), num_warps=H200.num_warps)
-        counts[nbytes] = open(arts["ptx"]).read().count("prefetch.global.L2")
-    assert counts[0] == 0 and counts[32768] > 0
+        arts = compile_kernel(str(tmp_path / f"{name}.py"), KERNEL_NAME, sig, consts, "h200",
+                              str(tmp_path / f"sm_90_{name}"), num_warps=H200.num_warps)
+        counts[name] = open(arts["ptx"]).read().count("prefetch.global.L2")
+    assert counts["off"] == 0 and counts["weights"] > 0 and counts["attention"] > 0
     with pytest.raises(SchedulerError, match="mi300x has no prefetch"):
         render(build_schedule(graph, MI300X, tile_config=TileConfig(l2_prefetch=32768)))
+    with pytest.raises(SchedulerError, match="attn_prefetch: target mi300x"):
+        render(build_schedule(graph, MI300X, tile_config=TileConfig(attn_prefetch=True)))
     with pytest.raises(SchedulerError, match="power of two"):
         render(build_schedule(graph, H200, tile_config=TileConfig(l2_prefetch=1000)))
     with pytest.raises(SchedulerError, match="parallel_waits .* mi300x"):
@@ -256,16 +259,17 @@ def test_read_ahead_and_attention_preload_equal_reference(impl, dtype):
     from kogc.api import INTERPRETER_TILES
     model = tiny(seed=41, num_lanes=2, hidden_size=128, dtype=dtype)          # head_dim 16
     tol = 1e-5 if dtype == torch.float32 else 1e-2
-    for ahead in (True, False):
+    pvs = ("ieee", "fp16") if impl == "dot" else ("ieee",)
+    for ahead, preload, pv in [(True, True, "ieee"), (False, False, "ieee")] + [(False, True, pv) for pv in pvs]:
         cfg = dataclasses.replace(INTERPRETER_TILES, attn_impl=impl, attn_splits=1, attn_block=16,
-                                  read_ahead=ahead, attn_preload=ahead)
+                                  read_ahead=ahead, attn_preload=preload, attn_pv=pv)
         ck = kogc.compile(model, tile_config=cfg)
-        assert ("kt0" in ck.source) == ahead             # the preload is in the kernel text or not
+        assert ("kt0" in ck.source) == preload           # the preload is in the kernel text or not
         weights, state = dict(model.named_parameters()), new_state(ck.ir)
         for pos in range(40):                          # 40 positions: blocks of 16 -> 3 per split
             logits, nxt = ck.step(3 + pos % 7, pos)
             (ref, ref_nxt), _ = execute(ck.ir, weights, state, [3 + pos % 7, pos])
-            assert rel_err(logits, ref) < tol, f"read_ahead {ahead}, pos {pos}"
+            assert rel_err(logits, ref) < tol, f"read_ahead {ahead}, preload {preload}, attn_pv {pv}, pos {pos}"
 
 
 def test_parallel_waits_compile_to_plain_acquire_loads(tmp_path):

@@ -23,6 +23,7 @@ def render(schedule: Schedule, kernel_name: str = KERNEL_NAME, interpret: bool =
     """interpret: the source runs under Triton's interpreter (no inline assembly there)."""
     cfg = schedule.tile_config
     ahead = cfg.read_ahead
+    attn_prefetch = attention_prefetch_asm(schedule)     # checked even for the interpreter, which has no asm
     if cfg.dynamic and (cfg.read_ahead or cfg.l2_prefetch):
         raise SchedulerError("dynamic placement takes tasks by ticket: read_ahead and l2_prefetch read a "
                              "program's next queue entry, which it does not have")
@@ -37,7 +38,8 @@ def render(schedule: Schedule, kernel_name: str = KERNEL_NAME, interpret: bool =
         walign=weight_alignment(schedule), aalign=activation_alignment(schedule),
         kalign=attention_alignment(schedule), prefetch_asm=schedule.target.l2_prefetch_asm,
         prefetch_elems=prefetch_elements(schedule), line_elems=128 // ESIZE[schedule.dtype],
-        table_ahead=ahead, attn_preload=ahead and cfg.attn_preload,
+        table_ahead=ahead, attn_preload=cfg.attn_preload,
+        attn_prefetch_asm="" if interpret else attn_prefetch,
         row_prefetch_asm=schedule.target.l2_prefetch_asm if ahead and not interpret else "",
         row_lines=row_lines(schedule.row_width), parallel_waits=cfg.parallel_waits,
         acquire_asm="" if interpret else schedule.target.acquire_asm, dynamic=cfg.dynamic,
@@ -73,6 +75,15 @@ def activation_alignment(schedule: Schedule) -> int:
     """The common power of two of every vector offset in matvec tasks' arguments."""
     return _pow2_divisor(v for t in schedule.tasks if t.kind == "matvec"
                          for v in (t.args[T.A_X], t.args[T.A_X2], t.args[T.A_OUT], t.args[T.A_H]))
+
+
+def attention_prefetch_asm(schedule: Schedule) -> str:
+    """The L2 prefetch instruction attention uses before its wait (TileConfig.attn_prefetch), or ""."""
+    if not schedule.tile_config.attn_prefetch:
+        return ""
+    if not schedule.target.l2_prefetch_asm:
+        raise SchedulerError(f"attn_prefetch: target {schedule.target.name} has no prefetch instruction in kogc")
+    return schedule.target.l2_prefetch_asm
 
 
 def prefetch_elements(schedule: Schedule) -> int:

@@ -75,8 +75,10 @@ class TileConfig:
                                       # Q/K/V for attention, W1/W3 for W2): one acquire instead of 2-3
     dynamic: bool = False             # one task list in the placement's order; each program takes the next
                                       # task by an atomic ticket (balances itself to the real task times)
-    attn_preload: bool = False        # (with read_ahead) attention loads its first block of cache rows
+    attn_preload: bool = False        # attention loads its first block of cache rows (earlier steps')
                                       # before its wait: only this step's row waits for the QKV task
+    attn_prefetch: bool = False       # attention asks L2 for its split's first block of cache rows before
+                                      # its wait (no registers held, unlike attn_preload)
 
 
 def tile_config_from_json(text: str) -> TileConfig:
