@@ -347,7 +347,7 @@ def test_merged_events_are_sound_and_fewer(graphs, lanes):
     # TileConfig.merge_events: events waited on by exactly the same tasks share one counter (a lane's
     # Q/K/V for its attention, W1/W3 for W2); the schedule still passes the check, attention waits once
     import dataclasses
-    base = build_schedule(graphs(lanes), H200, "parallel", CFG, num_programs=8)
+    base = build_schedule(graphs(lanes), H200, "parallel", dataclasses.replace(CFG, merge_events=False), num_programs=8)
     s = build_schedule(graphs(lanes), H200, "parallel", dataclasses.replace(CFG, merge_events=True), num_programs=8)
     check_schedule(s.tasks, s.events, s.queues)
     assert len(s.events) < len(base.events)
