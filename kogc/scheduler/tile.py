@@ -78,6 +78,9 @@ class TileConfig:
                                       # task by an atomic ticket (balances itself to the real task times)
     attn_preload: bool = False        # attention loads its first block of cache rows (earlier steps')
                                       # before its wait: only this step's row waits for the QKV task
+    hoist_operands: bool = True       # a matvec loads its constants (table row, norm scale, cos/sin) before
+                                      # its wait and its residual operands beside its input, not after its
+                                      # own store: fewer L2 round trips in a row after the wait
     attn_prefetch: bool = False       # attention asks L2 for its split's first block of cache rows before
                                       # its wait (no registers held, unlike attn_preload)
 
