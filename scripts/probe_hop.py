@@ -1,0 +1,140 @@
+"""How long does one dependency hop take between two programs on different SMs? Two protocols:
+
+- counter (what the monokernel does today): the producer stores its vector, `debug_barrier`, then a
+  release add on a counter (sm_90: MEMBAR.ALL.GPU + RED); the consumer spins on an acquire load of
+  the counter, then loads the vector: two L2 round trips in a row plus the producer's fence.
+- ll (NCCL's low-latency protocol): every 8-byte word holds 4 bytes of data and a 4-byte flag (the
+  turn number), stored as one volatile 8-byte store; the consumer polls the vector itself with
+  volatile loads until every flag has reached its turn. No counter, no fence, one round trip.
+
+Two programs play ping-pong: turn i belongs to program i % 2, which waits for turn i - 1's vector,
+adds one to each element and writes it. The time per hop is (t(hops) - t(2)) / (hops - 2), so the
+launch cost cancels. Every wait has a spin bound (a hang is reported, not waited out), and the final
+vector must equal the number of turns.
+
+    python scripts/probe_hop.py [--hops 20000] [--sizes 64,1024,2048]     # on a GPU; writes $OUT/probe_hop.json
+    TRITON_INTERPRET=1 python scripts/probe_hop.py --programs 1 --hops 6  # CPU: one program, arithmetic only
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
+
+
+@triton.jit
+def hop_counter(DATA, CNT, ERR, hops, limit, P: tl.constexpr, N: tl.constexpr):
+    i = tl.program_id(0)
+    offs = tl.arange(0, N)
+    while i < hops:
+        spins = 0
+        while (tl.atomic_add(CNT, 0, sem="acquire", scope="gpu") < i) & (spins < limit):
+            spins += 1
+        if spins >= limit:
+            tl.atomic_xchg(ERR, i + 1)
+            i = hops
+        else:
+            x = tl.load(DATA + offs)
+            tl.store(DATA + offs, x + 1)
+            tl.debug_barrier()                                   # every thread's stores are done ...
+            tl.atomic_add(CNT, 1, sem="release", scope="gpu")    # ... then the count goes out
+            i += P
+
+
+@triton.jit
+def _store_ll(ptrs, words, ASM: tl.constexpr):
+    """One 8-byte store per word (single-copy atomic: data and flag land together)."""
+    if ASM:
+        tl.inline_asm_elementwise("st.volatile.global.b64 [$1], $2; mov.u32 $0, 0;", "=r,l,l", [ptrs, words],
+                                  dtype=tl.int32, is_pure=False, pack=1)
+    else:
+        tl.store(ptrs, words)
+
+
+@triton.jit
+def hop_ll(BUF, ERR, hops, limit, P: tl.constexpr, N: tl.constexpr, ASM: tl.constexpr):
+    i = tl.program_id(0)
+    offs = tl.arange(0, N)
+    while i < hops:
+        w = tl.load(BUF + offs, volatile=True)
+        spins = 0
+        while (tl.min((w >> 32).to(tl.int32), 0) < i) & (spins < limit):   # flags are monotonic
+            w = tl.load(BUF + offs, volatile=True)
+            spins += 1
+        if spins >= limit:
+            tl.atomic_xchg(ERR, i + 1)
+            i = hops
+        else:
+            data = (w & 0xFFFFFFFF) + 1
+            _store_ll(BUF + offs, ((i + 1).to(tl.int64) << 32) | data, ASM)
+            i += P
+
+
+def run(protocol: str, n: int, hops: int, programs: int, device: str, limit: int):
+    """(seconds of one launch, the final vector is correct, error turn or 0)."""
+    err = torch.zeros(1, dtype=torch.int32, device=device)
+    if protocol == "counter":
+        data = torch.zeros(n, dtype=torch.int32, device=device)
+        cnt = torch.zeros(1, dtype=torch.int32, device=device)
+        launch = lambda: hop_counter[(programs,)](data, cnt, err, hops, limit, P=programs, N=n)  # noqa: E731
+        final = lambda: data  # noqa: E731
+    else:
+        buf = torch.zeros(n, dtype=torch.int64, device=device)
+        launch = lambda: hop_ll[(programs,)](buf, err, hops, limit, P=programs, N=n, ASM=not INTERPRET)  # noqa: E731
+        final = lambda: buf & 0xFFFFFFFF  # noqa: E731
+    if device == "cuda":
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        launch()
+        end.record()
+        torch.cuda.synchronize()
+        secs = start.elapsed_time(end) / 1e3
+    else:
+        launch()
+        secs = float("nan")
+    ok = bool((final() == hops).all())
+    return secs, ok, int(err.item())
+
+
+def main(argv=None) -> list[dict]:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--hops", type=int, default=20000)
+    ap.add_argument("--sizes", default="64,1024,2048", help="words per vector (4 data bytes each), powers of two")
+    ap.add_argument("--programs", type=int, default=2, help="2 on a GPU; 1 under the interpreter (no concurrency)")
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--limit", type=int, default=1 << 22, help="spins before a wait is reported stuck")
+    args = ap.parse_args(argv)
+    device = "cuda" if torch.cuda.is_available() and not INTERPRET else "cpu"
+    if device == "cpu" and not INTERPRET:
+        raise SystemExit("no GPU: run under TRITON_INTERPRET=1 (arithmetic only, no timing)")
+    rows = []
+    for n in (int(s) for s in args.sizes.split(",")):
+        for protocol in ("counter", "ll"):
+            run(protocol, n, 2, args.programs, device, args.limit)             # compile and warm up
+            long_s, short_s, ok, err = [], [], True, 0
+            for _ in range(args.reps):
+                s, o, e = run(protocol, n, args.hops, args.programs, device, args.limit)
+                s2, o2, e2 = run(protocol, n, 2, args.programs, device, args.limit)
+                long_s.append(s), short_s.append(s2)
+                ok, err = ok and o and o2, err or e or e2
+            med = lambda v: sorted(v)[len(v) // 2]  # noqa: E731
+            hop_us = (med(long_s) - med(short_s)) / (args.hops - 2) * 1e6
+            row = {"protocol": protocol, "words": n, "bytes_of_data": 4 * n, "hops": args.hops,
+                   "hop_us": hop_us, "launch_s": long_s, "base_s": short_s, "correct": ok, "stuck_at_turn": err}
+            rows.append(row)
+            print(f"{protocol:8s} {4 * n:6d} data bytes: {hop_us:.3f} us per hop; final vector correct: {ok}"
+                  + (f"; STUCK at turn {err - 1}" if err else ""), flush=True)
+    if os.environ.get("OUT"):
+        with open(os.path.join(os.environ["OUT"], "probe_hop.json"), "w") as f:
+            json.dump(rows, f, indent=1)
+    return rows
+
+
+if __name__ == "__main__":
+    main()
