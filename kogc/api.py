@@ -14,7 +14,7 @@ INTERPRETER_TILES = TileConfig(tile_bytes=1 << 20, attn_splits=2, attn_block=16,
 
 def compile(module: torch.nn.Module, target: str = "h200", device: str | None = None,
             interpret: bool | None = None, tile_config: TileConfig | None = None,
-            num_programs: int | None = None, profile: bool = False, num_warps: int | None = None,
+            num_programs: int | None = None, profile: bool | str = False, num_warps: int | None = None,
             max_registers: int | None = None) -> CompiledKernel:
     """Compile a decode-step module into one persistent kernel.
 
@@ -24,7 +24,9 @@ def compile(module: torch.nn.Module, target: str = "h200", device: str | None = 
 
     Tuning knobs (GPU): tile_config (task sizes, attention), num_programs (the persistent grid; at most
     what the cooperative launch can keep resident), num_warps per program, max_registers (a ptxas
-    cap per thread, so that more programs fit an SM; spills if set too low)."""
+    cap per thread, so that more programs fit an SM; spills if set too low). profile=True records
+    (start, after the waits, end) of every task (kogc.runtime.profile); "detail" adds when a matvec's
+    operands arrived and when its publish began (an extra reduction per task: for diagnosis only)."""
     tgt = get_target(target)
     if interpret is None:
         interpret = not (torch.cuda.is_available() and tgt.vendor == "nvidia")

@@ -95,7 +95,7 @@ def main(argv=None) -> dict:
             raise SystemExit(f"{args.task_times} has {len(data['ids'])} tasks, this schedule {len(schedule.tasks)}: "
                              f"not the same preset and settings")
         task_us = [0.0] * len(schedule.tasks)
-        for tid, (t0, t1, t2) in zip(data["ids"], data["ts"]):
+        for tid, (t0, t1, t2) in zip(data["ids"], data["ts"][:, :3]):
             task_us[int(tid)] = (t2 - t1) / 1e3
         from kogc.runtime.profile import format_summary, summarize_times
         print(format_summary(summarize_times(schedule, data["ids"], data["ts"])), flush=True)

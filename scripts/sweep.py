@@ -3,7 +3,7 @@
     python scripts/sweep.py --preset laneformer-2b --context 1024 --variants '[{"tile_bytes": 32768}, ...]'
     TRITON_INTERPRET=1 python scripts/sweep.py --preset tiny --context 8,16 --steps 2 --variants '[{}, {"attn_impl": "dot"}]'
 Each variant is a dict of TileConfig fields plus optional "programs_per_unit", "num_warps",
-"max_registers" (ptxas's cap per thread: 3 programs of 4 warps fit an SM at <= 168) and "profile": true. `--context` takes a comma-separated list: every variant is timed at each.
+"max_registers" (ptxas's cap per thread: 3 programs of 4 warps fit an SM at <= 168) and "profile": true (or "detail": matvec bodies split into operands / compute / publish). `--context` takes a comma-separated list: every variant is timed at each.
 Correctness guard: at each context every variant's logits for the same token, position and KV cache
 are compared with eager PyTorch's and with the first variant's (relative error, same argmax), so a
 faster variant that computes something else shows up in the same run.

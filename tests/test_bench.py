@@ -126,3 +126,41 @@ def test_trimmed_cache_baseline_is_the_same_function():
             cut, tok_cut = trimmed(torch.tensor(3), torch.tensor(pos))
             assert torch.allclose(full, cut, rtol=1e-5, atol=1e-6) and int(tok) == int(tok_cut)
     assert next(model.buffers()).shape[2] == model.config.max_position_embeddings   # the original is intact
+
+
+def test_detail_profile_summary_and_kernel(tmp_path):
+    # profile="detail": two more stamps per task (a matvec's operands arrived, its publish began); the
+    # summary splits matvec bodies into operands / compute / publish; other kinds record 0 there. The
+    # kernel with the extra stamps compiles for sm_90 with one more timer read per stamp site
+    import types
+
+    import torch
+    from conftest import lf
+
+    from kogc.codegen.aot import compile_kernel
+    from kogc.codegen.render import KERNEL_NAME, render, signature
+    from kogc.frontend import to_ir
+    from kogc.runtime.profile import format_summary, summarize
+    from kogc.scheduler import build_schedule
+    from kogc.targets import H200
+
+    schedule = build_schedule(to_ir(lf.kogc_model("tiny", device="meta", seed=None)), H200, num_programs=4)
+    prof = torch.zeros((4, max(len(q) for q in schedule.queues), 5), dtype=torch.int64)
+    for p, q in enumerate(schedule.queues):      # wait 1 us; then operands 0.5, compute 1, publish 0.5
+        for i, tid in enumerate(q):
+            s = 1_000_000 + i * 3000
+            detail = schedule.tasks[tid].kind == "matvec"
+            prof[p, i] = torch.tensor([s, s + 1000, s + 3000, s + 1500 if detail else 0, s + 2500 if detail else 0])
+    summary = summarize(types.SimpleNamespace(schedule=schedule, buffers=types.SimpleNamespace(PROF=prof)))
+    mv = [v for k, v in summary["per_kind"].items() if k.startswith("matvec")]
+    assert mv and all(v["detail_us_mean"] == {"operands": 0.5, "compute": 1.0, "publish": 0.5} for v in mv)
+    assert "detail_us_mean" not in summary["per_kind"]["attention"]
+    assert "operands" in format_summary(summary)
+    (tmp_path / "k.py").write_text(render(schedule))
+    sig, consts = signature(schedule)
+    ptx = {}
+    for level in (1, 2):
+        arts = compile_kernel(str(tmp_path / "k.py"), KERNEL_NAME, sig, dict(consts, PROFILE=level), "h200",
+                              str(tmp_path / f"p{level}"), num_warps=H200.num_warps)
+        ptx[level] = open(arts["ptx"]).read().count("%globaltimer")
+    assert ptx[2] > ptx[1] > 0

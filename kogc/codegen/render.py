@@ -114,6 +114,6 @@ def signature(schedule: Schedule) -> tuple[dict[str, str], dict[str, object]]:
            "pos0": "i32", "epoch0": "i32", "limit": "i32", "nsteps": "i32", "eos": "i32", "seed": "i64", "temperature": "fp32", "top_k": "i32",
            "top_p": "fp32", "MAXLEN": "constexpr", "ROW": "constexpr",
            "PROFILE": "constexpr", "SAMPLE_EV": "constexpr"}
-    consts = {"MAXLEN": max(len(q) for q in schedule.queues), "ROW": schedule.row_width, "PROFILE": False,
+    consts = {"MAXLEN": max(len(q) for q in schedule.queues), "ROW": schedule.row_width, "PROFILE": 0,
               "SAMPLE_EV": schedule.sample_event}
     return sig, consts

@@ -27,7 +27,7 @@ class Buffers:
     CNT: torch.Tensor
     ERR: torch.Tensor
     OUT: torch.Tensor
-    PROF: torch.Tensor    # int64 [programs, max queue length, 3] timestamps when profiling, else [1]
+    PROF: torch.Tensor    # int64 [programs, max queue length, 3 (5 with profile="detail")] timestamps, else [1]
     WTASK: torch.Tensor   # int64 [tasks]: where each task's weights start (dynamic placement), else [1]
     TICKET: torch.Tensor  # int32 [1]: the next task's ticket (dynamic placement), zeroed per launch
 
@@ -65,7 +65,7 @@ def pack_weights(schedule: Schedule, weights: dict[str, torch.Tensor], device) -
     return stream.to(device), torch.tensor(offsets, dtype=torch.int64, device=device)
 
 
-def allocate(schedule: Schedule, weights: dict[str, torch.Tensor], device, profile: bool = False) -> Buffers:
+def allocate(schedule: Schedule, weights: dict[str, torch.Tensor], device, profile: bool | str = False) -> Buffers:
     graph, lay = schedule.graph, schedule.layout
     dtype = TORCH_DTYPES[schedule.dtype]
     W, WOFF = pack_weights(schedule, weights, device)
@@ -97,7 +97,8 @@ def allocate(schedule: Schedule, weights: dict[str, torch.Tensor], device, profi
         SMALL=small.to(device), EMB=emb.to(device, dtype).contiguous(), COS=cos.contiguous().to(device),
         SIN=sin.contiguous().to(device), CNT=z(len(schedule.events), torch.int32), ERR=z(8, torch.int32),
         OUT=z(4 + max_pos, torch.int32),   # [last token, steps done, stopped at EOS, -, token of each step]
-        PROF=(torch.zeros((len(schedule.queues), table.shape[1], 3), dtype=torch.int64, device=device)
+        PROF=(torch.zeros((len(schedule.queues), table.shape[1], 5 if profile == "detail" else 3), dtype=torch.int64,
+                          device=device)
               if profile else z(1, torch.int64)),
         WTASK=(torch.from_numpy(task_weight_offsets(schedule)).to(device) if schedule.tile_config.dynamic
                else z(1, torch.int64)),

@@ -73,8 +73,10 @@ class CompiledKernel:
     """`step(token, pos)` runs one decode step in ONE launch; returns (logits, next token)."""
 
     def __init__(self, graph: Graph, schedule: Schedule, weights: dict[str, torch.Tensor], device: str,
-                 interpret: bool, watchdog_spins: int | None = None, profile: bool = False,
+                 interpret: bool, watchdog_spins: int | None = None, profile: bool | str = False,
                  num_warps: int | None = None, max_registers: int | None = None):
+        if profile not in (False, True, "detail"):
+            raise KogcError(f"profile must be False, True or 'detail', got {profile!r}")
         if profile and (interpret or not schedule.target.timer_asm):
             where = "under the interpreter" if interpret else f"on {schedule.target.name}"
             raise KogcError(f"profiling needs a GPU timer: not available {where}")
@@ -98,7 +100,8 @@ class CompiledKernel:
         self._grid = (schedule.num_programs,)
         self._dynamic = schedule.tile_config.dynamic
         self._launch_options = dict(MAXLEN=self.buffers.TABLE.shape[1], ROW=self.buffers.TABLE.shape[2],
-                                    PROFILE=profile, SAMPLE_EV=schedule.sample_event)
+                                    PROFILE=2 if profile == "detail" else int(profile),
+                                    SAMPLE_EV=schedule.sample_event)
         if not interpret:
             self._launch_options.update(num_warps=self.num_warps, launch_cooperative_grid=True)
             if max_registers:   # ptxas cap: fewer registers per thread lets more programs share an SM

@@ -14,7 +14,7 @@ def kind_key(task) -> str:
 
 
 def timestamps(ck) -> tuple[np.ndarray, np.ndarray]:
-    """(task ids, [n, 3] ns timestamps relative to the step's first start) of the last launch."""
+    """(task ids, [n, 3 or 5] ns timestamps relative to the step's first start) of the last launch."""
     prof = ck.buffers.PROF.cpu().numpy()
     ids, rows = [], []
     for p, q in enumerate(ck.schedule.queues):
@@ -22,7 +22,7 @@ def timestamps(ck) -> tuple[np.ndarray, np.ndarray]:
             ids.append(tid)
             rows.append(prof[p, i])
     ts = np.array(rows, dtype=np.int64)
-    return np.array(ids), ts - ts[:, 0].min()
+    return np.array(ids), np.where(ts > 0, ts - ts[:, 0].min(), 0)     # (0: a stamp this task does not record)
 
 
 def summarize(ck) -> dict:
@@ -35,7 +35,7 @@ def wait_split(schedule, ids: np.ndarray, ts: np.ndarray) -> tuple[np.ndarray, n
     notify = from then (or its start) to the end of its waits (the publish reaching the acquire).
     A task without waits has 0 blocked; its whole wait segment (table reads) counts as notify."""
     at = np.zeros((len(schedule.tasks), 3))
-    at[ids] = ts
+    at[ids] = ts[:, :3]
     done = np.array([at[e.tasks, 2].max() for e in schedule.events])    # the event's last producer ended
     ready = np.array([max((done[g] for g, _ in schedule.tasks[tid].waits), default=-np.inf) for tid in ids])
     start, after = ts[:, 0].astype(float), ts[:, 1].astype(float)
@@ -65,6 +65,15 @@ def summarize_times(schedule, ids: np.ndarray, ts: np.ndarray) -> dict:
             busy.append(float((seg[:, 2] - seg[:, 1]).sum() / 1e3 / span))
             gaps.append(float(np.maximum(seg[1:, 0] - seg[:-1, 2], 0).sum() / 1e3) if n > 1 else 0.0)
         start += n
+    if ts.shape[1] == 5:    # profile="detail": where a body's time goes (matvecs record all three)
+        for k, js in kinds.items():
+            js = np.array(js)
+            js = js[ts[js, 3] > 0] if k.startswith("matvec") else js[:0]
+            if len(js):
+                per_kind[k]["detail_us_mean"] = {
+                    "operands": float(((ts[js, 3] - ts[js, 1]) / 1e3).mean()),      # after the waits -> loaded
+                    "compute": float(((ts[js, 4] - ts[js, 3]) / 1e3).mean()),       # -> stores issued
+                    "publish": float(((ts[js, 2] - ts[js, 4]) / 1e3).mean())}       # barrier, fence, release
     return {"span_us": float(span), "tasks": len(ids), "per_kind": per_kind,
             "busy_share_mean": float(np.mean(busy)), "busy_share_min": float(np.min(busy)),
             "wait_share_mean": float(wait.sum() / (span * len(busy))),
@@ -85,6 +94,11 @@ def format_summary(s: dict) -> str:
         lines.append(f"{k:34} {v['tasks']:7d} {v['wait_us_mean']:9.2f} {v['blocked_us_mean']:8.2f} "
                      f"{v['notify_us_mean']:7.2f} {v['body_us_mean']:9.2f} {v['wait_us_total']:11.0f} "
                      f"{v['body_us_total']:11.0f}")
+    detail = {k: v["detail_us_mean"] for k, v in s["per_kind"].items() if "detail_us_mean" in v}
+    if detail:
+        lines.append(f"{'matvec body (detail)':34} {'operands':>9} {'compute':>8} {'publish':>8}   (us, mean)")
+        for k, d in detail.items():
+            lines.append(f"{k:34} {d['operands']:9.2f} {d['compute']:8.2f} {d['publish']:8.2f}")
     return "\n".join(lines)
 
 
