@@ -207,6 +207,8 @@ def test_l2_prefetch_option(tmp_path):
         render(build_schedule(graph, MI300X, tile_config=TileConfig(l2_prefetch=32768)))
     with pytest.raises(SchedulerError, match="attn_prefetch: target mi300x"):
         render(build_schedule(graph, MI300X, tile_config=TileConfig(attn_prefetch=True)))
+    with pytest.raises(SchedulerError, match="attn_pipeline and attn_preload"):
+        render(build_schedule(graph, H200, tile_config=TileConfig(attn_pipeline=True, attn_preload=True)))
     with pytest.raises(SchedulerError, match="power of two"):
         render(build_schedule(graph, H200, tile_config=TileConfig(l2_prefetch=1000)))
     with pytest.raises(SchedulerError, match="parallel_waits .* mi300x"):
@@ -260,16 +262,20 @@ def test_read_ahead_and_attention_preload_equal_reference(impl, dtype):
     model = tiny(seed=41, num_lanes=2, hidden_size=128, dtype=dtype)          # head_dim 16
     tol = 1e-5 if dtype == torch.float32 else 1e-2
     pvs = ("ieee", "fp16") if impl == "dot" else ("ieee",)
-    for ahead, preload, pv in [(True, True, "ieee"), (False, False, "ieee")] + [(False, True, pv) for pv in pvs]:
+    cases = [(True, True, "ieee", False), (False, False, "ieee", False)] + [(False, True, pv, False) for pv in pvs]
+    cases += [(False, False, pv, True) for pv in pvs]      # attn_pipeline: block i+1 loaded during block i
+    for ahead, preload, pv, pipeline in cases:
         cfg = dataclasses.replace(INTERPRETER_TILES, attn_impl=impl, attn_splits=1, attn_block=16,
-                                  read_ahead=ahead, attn_preload=preload, attn_pv=pv)
+                                  read_ahead=ahead, attn_preload=preload, attn_pv=pv, attn_pipeline=pipeline)
         ck = kogc.compile(model, tile_config=cfg)
         assert ("kt0" in ck.source) == preload           # the preload is in the kernel text or not
+        assert ("kn = tl.load" in ck.source) == pipeline
         weights, state = dict(model.named_parameters()), new_state(ck.ir)
         for pos in range(40):                          # 40 positions: blocks of 16 -> 3 per split
             logits, nxt = ck.step(3 + pos % 7, pos)
             (ref, ref_nxt), _ = execute(ck.ir, weights, state, [3 + pos % 7, pos])
-            assert rel_err(logits, ref) < tol, f"read_ahead {ahead}, preload {preload}, attn_pv {pv}, pos {pos}"
+            assert rel_err(logits, ref) < tol, f"read_ahead {ahead}, preload {preload}, attn_pv {pv}, " \
+                                               f"pipeline {pipeline}, pos {pos}"
 
 
 def test_parallel_waits_compile_to_plain_acquire_loads(tmp_path):

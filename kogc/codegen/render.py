@@ -27,6 +27,8 @@ def render(schedule: Schedule, kernel_name: str = KERNEL_NAME, interpret: bool =
     if cfg.dynamic and (cfg.read_ahead or cfg.l2_prefetch):
         raise SchedulerError("dynamic placement takes tasks by ticket: read_ahead and l2_prefetch read a "
                              "program's next queue entry, which it does not have")
+    if cfg.attn_pipeline and cfg.attn_preload:
+        raise SchedulerError("attn_pipeline and attn_preload both load cache rows ahead into registers: choose one")
     if cfg.parallel_waits and schedule.target.vendor == "amd":
         # Triton 3.6's AMD backend swaps the cache operations of tensor atomics with sem= (FACTS.md)
         raise SchedulerError(f"parallel_waits uses tensor atomics with acquire semantics, which Triton 3.6 "
@@ -38,7 +40,7 @@ def render(schedule: Schedule, kernel_name: str = KERNEL_NAME, interpret: bool =
         walign=weight_alignment(schedule), aalign=activation_alignment(schedule),
         kalign=attention_alignment(schedule), prefetch_asm=schedule.target.l2_prefetch_asm,
         prefetch_elems=prefetch_elements(schedule), line_elems=128 // ESIZE[schedule.dtype],
-        table_ahead=ahead, attn_preload=cfg.attn_preload, hoist=cfg.hoist_operands,
+        table_ahead=ahead, attn_preload=cfg.attn_preload, hoist=cfg.hoist_operands, attn_pipeline=cfg.attn_pipeline,
         attn_prefetch_asm="" if interpret else attn_prefetch,
         row_prefetch_asm=schedule.target.l2_prefetch_asm if ahead and not interpret else "",
         row_lines=row_lines(schedule.row_width), parallel_waits=cfg.parallel_waits,

@@ -81,6 +81,8 @@ class TileConfig:
     hoist_operands: bool = True       # a matvec loads its constants (table row, norm scale, cos/sin) before
                                       # its wait and its residual operands beside its input, not after its
                                       # own store: fewer L2 round trips in a row after the wait
+    attn_pipeline: bool = False       # attention loads block i+1 of the cache while it computes block i (one
+                                      # round trip per split instead of one per block; twice the tiles held)
     attn_prefetch: bool = False       # attention asks L2 for its split's first block of cache rows before
                                       # its wait (no registers held, unlike attn_preload)
 
