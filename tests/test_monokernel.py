@@ -359,3 +359,25 @@ def test_dynamic_placement_refuses_per_queue_options():
                        num_programs=4)
     with pytest.raises(SchedulerError, match="dynamic placement .* read_ahead"):
         render(s)
+
+
+@pytest.mark.parametrize("lanes", [1, 2])
+def test_attention_last_split_combines(lanes):
+    # attn_last_combines: the last split of each (lane, KV head) to arrive (a monotonic arrival counter,
+    # NS per step) combines the partials into o, and Wo reads o with a plain prologue. Single steps
+    # and several steps in one launch (the counter across epochs) equal the reference and the default
+    import dataclasses
+    from kogc.api import INTERPRETER_TILES
+    from kogc.scheduler import TileConfig, build_schedule
+    from kogc.scheduler.check import check_schedule
+    from kogc.targets import H200
+    model = tiny(seed=61 + lanes, num_lanes=lanes, hidden_size=128)
+    cfg = dataclasses.replace(INTERPRETER_TILES, attn_last_combines=True, attn_splits=4)
+    ck = kogc.compile(model, tile_config=cfg)
+    kinds = {t.kind_key for t in ck.schedule.tasks}
+    assert not any("attn_combine" in k for k in kinds) and "ARRIVE" in ck.source
+    steps_and_generation_match(model, ck, steps=8)
+    s = build_schedule(ck.ir, H200, "parallel", TileConfig(attn_last_combines=True), num_programs=8)
+    check_schedule(s.tasks, s.events, s.queues)
+    o_writers = [t for t in s.tasks if t.kind == "attention" and any(r.arena == "act" for r in t.writes)]
+    assert len(o_writers) == sum(t.kind == "attention" for t in s.tasks)      # every split may be the last

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from ..ir.graph import Graph, Op
 from .errors import SchedulerError
-from .fuse import ALL, ATTN_COMBINE, OTHERS, OWN, RESIDUAL, ROPE_CACHE, ROPE_STORE, STORE_ARGMAX, FusedOp, is_pow2
+from .fuse import ALL, ATTN_COMBINE, OTHERS, OWN, PLAIN, RESIDUAL, ROPE_CACHE, ROPE_STORE, STORE_ARGMAX, FusedOp, is_pow2
 from .tasks import (A_CACHE, A_EPS, A_H, A_OUT, A_OWN_COEF, A_RES_OUT, A_ROW0, A_SLOT, A_TERM, A_TERM_COEF,
                     A_TERM_SEL, A_TERM_STRIDE, A_X, A_X2, NARGS, SELECT_CODES, Region, Task, WeightTile)
 
@@ -34,6 +34,7 @@ class Layout:
 
     def alloc(self, name: str, arena: str, per_lane: int, lanes: int) -> tuple[str, int, int, int]:
         if name not in self.slots:
+            self.sizes.setdefault(arena, 0)        # "arrive": attention's arrival counters, only when used
             self.slots[name] = (arena, self.sizes[arena], per_lane, lanes)
             self.sizes[arena] += per_lane * max(lanes, 1)
             self.sizes[arena] += (-self.sizes[arena]) % 64       # keep every slot 128-byte aligned
@@ -81,6 +82,9 @@ class TileConfig:
     hoist_operands: bool = True       # a matvec loads its constants (table row, norm scale, cos/sin) before
                                       # its wait and its residual operands beside its input, not after its
                                       # own store: fewer L2 round trips in a row after the wait
+    attn_last_combines: bool = False  # the last attention split of a (lane, KV head) to finish (an arrival
+                                      # counter) combines all splits into o; Wo reads o plainly instead of
+                                      # every Wo task combining the partials again
     attn_pipeline: bool = False       # attention loads block i+1 of the cache while it computes block i (one
                                       # round trip per split instead of one per block; twice the tiles held)
     attn_prefetch: bool = False       # attention asks L2 for its split's first block of cache rows before
@@ -175,7 +179,7 @@ def tile(graph: Graph, ops: list[FusedOp], cfg: TileConfig) -> tuple[list[Task],
 def _tile_matvec(op, by, lay, val, new, cfg, es, lanes_of):
     p = op.p
     N, K = p["n"], p["k"]
-    epi, pro = p["epilogue"], p["prologue"]
+    epi, pro = p["epilogue"], _prologue_kind(p, cfg)
     if pro in ("rmsnorm", ATTN_COMBINE):      # these prologues reduce over K whole (norm, heads)
         _pow2(K, "matvec input size", op)
     rows = _rows(N, K, es, cfg.tile_bytes, p)
@@ -233,9 +237,15 @@ def _tile_matvec(op, by, lay, val, new, cfg, es, lanes_of):
             new(variant, op, l, a, reads, writes, w, cost=rows * K * es + K * es)
 
 
+def _prologue_kind(p, cfg) -> str:
+    """The prologue a matvec runs: the fused op's, except that with attn_last_combines the attention
+    output arrives combined (o in the activation arena), so Wo reads it like any vector."""
+    return PLAIN if p["prologue"] == ATTN_COMBINE and cfg.attn_last_combines else p["prologue"]
+
+
 def _prologue(op, by, lay, l, K, cfg):
     p = op.p
-    pro = p["prologue"]
+    pro = _prologue_kind(p, cfg)
     if pro == "rmsnorm":
         return [lay.region(p["x"], l, 0, K)], {A_X: lay.at(p["x"], l), A_X2: lay.at(p["g"], l),
                                                 A_EPS: f32_bits(p["eps"])}
@@ -269,6 +279,11 @@ def _tile_attention(op, by, lay, val, new, cfg, es, lanes_of):
     ns = cfg.attn_splits
     per_lane = ns * K + 2 * ns * nq
     lay.alloc(f"{op.node}.partials", "f32", per_lane, op.lanes)
+    if cfg.attn_last_combines:
+        # o itself, written by whichever split arrives last (so every split declares the write: the
+        # consumer waits for all of them); the arrival counters are internal to the attention tasks
+        val(op.node)
+        lay.alloc(f"{op.node}.arrive", "arrive", kv, op.lanes)
     ctx = min(cfg.cost_context, S)
     for l in lanes_of(op):
         pbase = lay.slots[f"{op.node}.partials"][1] + max(l, 0) * per_lane
@@ -278,12 +293,17 @@ def _tile_attention(op, by, lay, val, new, cfg, es, lanes_of):
             for j in range(ns):
                 a = _args({A_X: lay.at(p["q"], l, kh * g * hd), A_X2: kbase, A_CACHE: vbase, A_OUT: pbase,
                            A_ROW0: j, A_SLOT: kh})
+                if cfg.attn_last_combines:
+                    a[A_H] = lay.at(f"{op.node}.arrive", l, kh)
+                    a[A_RES_OUT] = lay.at(op.node, l, kh * g * hd)
                 reads = [lay.region(p["q"], l, kh * g * hd, (kh + 1) * g * hd),
                          Region("kv", kbase, kbase + S * hd), Region("kv", vbase, vbase + S * hd)]
                 acc0 = pbase + j * K + kh * g * hd
                 m0 = pbase + ns * K + j * nq + kh * g
                 writes = [Region("f32", acc0, acc0 + g * hd), Region("f32", m0, m0 + g),
                           Region("f32", m0 + ns * nq, m0 + ns * nq + g)]
+                if cfg.attn_last_combines:
+                    writes.append(lay.region(op.node, l, kh * g * hd, (kh + 1) * g * hd))
                 new(("attention", g, hd, ns, nq, block, kernel_impl), op, l, a, reads, writes,
                     cost=int(2 * (ctx // ns) * hd * es * cfg.attn_cost_scale))
 
