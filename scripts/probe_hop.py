@@ -8,12 +8,13 @@
   volatile loads until every flag has reached its turn. No counter, no fence, one round trip.
 
 Two programs play ping-pong: turn i belongs to program i % 2, which waits for turn i - 1's vector,
-adds one to each element and writes it. The time per hop is (t(hops) - t(2)) / (hops - 2), so the
+adds one to each element and writes it; `--pollers` more programs read the same counter (or vector)
+throughout, as the many consumers of one event do in the kernel. The time per hop is (t(hops) - t(2)) / (hops - 2), so the
 launch cost cancels. Every wait has a spin bound (a hang is reported, not waited out), and the final
 vector must equal the number of turns.
 
-    python scripts/probe_hop.py [--hops 20000] [--sizes 64,1024,2048]     # on a GPU; writes $OUT/probe_hop.json
-    TRITON_INTERPRET=1 python scripts/probe_hop.py --programs 1 --hops 6  # CPU: one program, arithmetic only
+    python scripts/probe_hop.py [--hops 20000] [--sizes 64,1024,2048] [--pollers 0,128]   # GPU; $OUT/probe_hop.json
+    TRITON_INTERPRET=1 python scripts/probe_hop.py --programs 1 --hops 6 --pollers 0      # CPU: arithmetic only
 """
 from __future__ import annotations
 
@@ -32,6 +33,11 @@ INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 def hop_counter(DATA, CNT, ERR, hops, limit, P: tl.constexpr, N: tl.constexpr):
     i = tl.program_id(0)
     offs = tl.arange(0, N)
+    if i >= P:      # a poller: reads the counter like the many consumers of one event in the kernel
+        spins = 0
+        while (tl.atomic_add(CNT, 0, sem="acquire", scope="gpu") < hops) & (spins < limit):
+            spins += 1
+        i = hops
     while i < hops:
         spins = 0
         while (tl.atomic_add(CNT, 0, sem="acquire", scope="gpu") < i) & (spins < limit):
@@ -61,6 +67,11 @@ def _store_ll(ptrs, words, ASM: tl.constexpr):
 def hop_ll(BUF, ERR, hops, limit, P: tl.constexpr, N: tl.constexpr, ASM: tl.constexpr):
     i = tl.program_id(0)
     offs = tl.arange(0, N)
+    if i >= P:      # a poller: reads the vector like the many consumers of one value in the kernel
+        spins = 0
+        while (tl.min((tl.load(BUF + offs, volatile=True) >> 32).to(tl.int32), 0) < hops) & (spins < limit):
+            spins += 1
+        i = hops
     while i < hops:
         w = tl.load(BUF + offs, volatile=True)
         spins = 0
@@ -76,17 +87,19 @@ def hop_ll(BUF, ERR, hops, limit, P: tl.constexpr, N: tl.constexpr, ASM: tl.cons
             i += P
 
 
-def run(protocol: str, n: int, hops: int, programs: int, device: str, limit: int):
-    """(seconds of one launch, the final vector is correct, error turn or 0)."""
+def run(protocol: str, n: int, hops: int, programs: int, device: str, limit: int, pollers: int = 0):
+    """(seconds of one launch, the final vector is correct, error turn or 0). `programs` play the
+    turns; `pollers` more programs only read what the players write, until the last turn."""
     err = torch.zeros(1, dtype=torch.int32, device=device)
     if protocol == "counter":
         data = torch.zeros(n, dtype=torch.int32, device=device)
         cnt = torch.zeros(1, dtype=torch.int32, device=device)
-        launch = lambda: hop_counter[(programs,)](data, cnt, err, hops, limit, P=programs, N=n)  # noqa: E731
+        launch = lambda: hop_counter[(programs + pollers,)](data, cnt, err, hops, limit, P=programs, N=n)  # noqa: E731
         final = lambda: data  # noqa: E731
     else:
         buf = torch.zeros(n, dtype=torch.int64, device=device)
-        launch = lambda: hop_ll[(programs,)](buf, err, hops, limit, P=programs, N=n, ASM=not INTERPRET)  # noqa: E731
+        launch = lambda: hop_ll[(programs + pollers,)](buf, err, hops, limit, P=programs, N=n,  # noqa: E731
+                                                      ASM=not INTERPRET)
         final = lambda: buf & 0xFFFFFFFF  # noqa: E731
     if device == "cuda":
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -102,11 +115,29 @@ def run(protocol: str, n: int, hops: int, programs: int, device: str, limit: int
     return secs, ok, int(err.item())
 
 
+def measure(protocol: str, n: int, pollers: int, args, device: str) -> dict:
+    run(protocol, n, 2, args.programs, device, args.limit, pollers)             # compile and warm up
+    long_s, short_s, ok, err = [], [], True, 0
+    for _ in range(args.reps):
+        s, o, e = run(protocol, n, args.hops, args.programs, device, args.limit, pollers)
+        s2, o2, e2 = run(protocol, n, 2, args.programs, device, args.limit, pollers)
+        long_s.append(s), short_s.append(s2)
+        ok, err = ok and o and o2, err or e or e2
+    med = lambda v: sorted(v)[len(v) // 2]  # noqa: E731
+    hop_us = (med(long_s) - med(short_s)) / (args.hops - 2) * 1e6
+    print(f"{protocol:8s} {4 * n:6d} data bytes, {pollers:3d} pollers: {hop_us:.3f} us per hop; final vector "
+          f"correct: {ok}" + (f"; STUCK at turn {err - 1}" if err else ""), flush=True)
+    return {"protocol": protocol, "words": n, "bytes_of_data": 4 * n, "pollers": pollers, "hops": args.hops,
+            "hop_us": hop_us, "launch_s": long_s, "base_s": short_s, "correct": ok, "stuck_at_turn": err}
+
+
 def main(argv=None) -> list[dict]:
     ap = argparse.ArgumentParser()
     ap.add_argument("--hops", type=int, default=20000)
     ap.add_argument("--sizes", default="64,1024,2048", help="words per vector (4 data bytes each), powers of two")
     ap.add_argument("--programs", type=int, default=2, help="2 on a GPU; 1 under the interpreter (no concurrency)")
+    ap.add_argument("--pollers", default="0,128", help="comma-separated: extra programs reading the same counter "
+                                                         "or vector (the kernel's fan-out: many consumers per event)")
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--limit", type=int, default=1 << 22, help="spins before a wait is reported stuck")
     args = ap.parse_args(argv)
@@ -114,22 +145,10 @@ def main(argv=None) -> list[dict]:
     if device == "cpu" and not INTERPRET:
         raise SystemExit("no GPU: run under TRITON_INTERPRET=1 (arithmetic only, no timing)")
     rows = []
-    for n in (int(s) for s in args.sizes.split(",")):
-        for protocol in ("counter", "ll"):
-            run(protocol, n, 2, args.programs, device, args.limit)             # compile and warm up
-            long_s, short_s, ok, err = [], [], True, 0
-            for _ in range(args.reps):
-                s, o, e = run(protocol, n, args.hops, args.programs, device, args.limit)
-                s2, o2, e2 = run(protocol, n, 2, args.programs, device, args.limit)
-                long_s.append(s), short_s.append(s2)
-                ok, err = ok and o and o2, err or e or e2
-            med = lambda v: sorted(v)[len(v) // 2]  # noqa: E731
-            hop_us = (med(long_s) - med(short_s)) / (args.hops - 2) * 1e6
-            row = {"protocol": protocol, "words": n, "bytes_of_data": 4 * n, "hops": args.hops,
-                   "hop_us": hop_us, "launch_s": long_s, "base_s": short_s, "correct": ok, "stuck_at_turn": err}
-            rows.append(row)
-            print(f"{protocol:8s} {4 * n:6d} data bytes: {hop_us:.3f} us per hop; final vector correct: {ok}"
-                  + (f"; STUCK at turn {err - 1}" if err else ""), flush=True)
+    for pollers in (int(x) for x in args.pollers.split(",")):
+        for n in (int(x) for x in args.sizes.split(",")):
+            for protocol in ("counter", "ll"):
+                rows.append(measure(protocol, n, pollers, args, device))
     if os.environ.get("OUT"):
         with open(os.path.join(os.environ["OUT"], "probe_hop.json"), "w") as f:
             json.dump(rows, f, indent=1)

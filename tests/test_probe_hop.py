@@ -9,8 +9,8 @@ import probe_hop  # noqa: E402
 
 
 def test_ping_pong_arithmetic_under_the_interpreter():
-    rows = probe_hop.main(["--programs", "1", "--hops", "5", "--sizes", "64", "--reps", "1"])
-    assert [r["protocol"] for r in rows] == ["counter", "ll"]
+    rows = probe_hop.main(["--programs", "1", "--hops", "5", "--sizes", "64", "--reps", "1", "--pollers", "0,1"])
+    assert [(r["protocol"], r["pollers"]) for r in rows] == [("counter", 0), ("ll", 0), ("counter", 1), ("ll", 1)]
     assert all(r["correct"] and r["stuck_at_turn"] == 0 for r in rows)
 
 
