@@ -12,7 +12,7 @@ Task body times come from a `%globaltimer` profile summary (per task kind, e.g. 
 
     python scripts/critical_path.py --preset laneformer-2b \
         [--profile docs/results/2026-11-29-launch_probe.json] [--latency-us 0.5,1,2,4] [--tile-config JSON]
-        [--task-times task-times-1024.npz [--placements '[{"measured": true, "wait_latency_us": 1}, ...]']]
+        [--task-times task-times-1024.npz [--placements '[{"measured": true, "wait_latency_us": 1}, ...]']] [--chain]
 
 --placements (with --task-times) re-places the same tasks several ways and replays each with the
 measured task times, to rank placements offline: each entry may set "measured" (true: the
@@ -66,6 +66,28 @@ def longest_path(schedule, body_us, latency_us: float, queues: bool, task_us=Non
     return max(end), dict(latest)
 
 
+def chain_composition(schedule, dur, latency_us: float) -> dict:
+    """The data-only longest path, walked back from its last task: per task kind, how many of its
+    tasks lie on it and their summed duration; plus the hops (each costs latency_us)."""
+    tasks = schedule.tasks
+    end, parent = [0.0] * len(tasks), [-1] * len(tasks)
+    for t in tasks:                                     # task ids follow the graph's order
+        start = 0.0
+        for d in t.deps:
+            if end[d] + latency_us > start:
+                start, parent[t.id] = end[d] + latency_us, d
+        end[t.id] = start + dur[t.id]
+    tid = max(range(len(tasks)), key=end.__getitem__)
+    kinds, hops = defaultdict(lambda: [0, 0.0]), 0
+    while tid >= 0:
+        k = kinds[kind_key(tasks[tid])]
+        k[0] += 1
+        k[1] += dur[tid]
+        tid, hops = parent[tid], hops + (parent[tid] >= 0)
+    return {"chain_us": max(end), "hops": hops, "hop_us_total": hops * latency_us,
+            "per_kind": {k: {"tasks": n, "us": us} for k, (n, us) in sorted(kinds.items(), key=lambda kv: -kv[1][1])}}
+
+
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser()
     ap.add_argument("--preset", default="laneformer-2b")
@@ -76,6 +98,8 @@ def main(argv=None) -> dict:
     ap.add_argument("--task-times", help="per-task timestamps (.npz from sweep.py with \"profile\": true, same "
                                          "preset and settings): replay each task's own body time, not its kind's mean")
     ap.add_argument("--placements", help="JSON list of placement variants to rank with --task-times (see above)")
+    ap.add_argument("--chain", action="store_true", help="print what the chain is made of (per task kind, at the "
+                                                        "first --latency-us)")
     args = ap.parse_args(argv)
     with open(args.profile) as f:
         prof = json.load(f)
@@ -113,6 +137,14 @@ def main(argv=None) -> dict:
         chain, _ = longest_path(schedule, body_us, lat, False, task_us)
         res["rows"].append({"latency_us": lat, "as_scheduled_us": sched, "data_only_us": chain})
         print(f"{lat:10.2f} | {sched:31.1f} | {chain:24.1f}", flush=True)
+    if args.chain:
+        dur = task_us if task_us is not None else [body_us[kind_key(t)] for t in schedule.tasks]
+        lat = float(args.latency_us.split(",")[0])
+        res["chain"] = c = chain_composition(schedule, dur, lat)
+        print(f"the chain at {lat} us per hop: {c['chain_us']:.1f} us = {c['hops']} hops ({c['hop_us_total']:.1f} us) "
+              f"+ the bodies of:")
+        for k, v in c["per_kind"].items():
+            print(f"  {k:34} {v['tasks']:4d} tasks {v['us']:8.1f} us (mean {v['us'] / v['tasks']:.2f})")
     if args.placements:
         if task_us is None:
             raise SystemExit("--placements needs --task-times")

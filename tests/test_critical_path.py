@@ -40,3 +40,14 @@ def test_bounds_are_ordered():
     assert max(latest.values()) == sched
     # the chain alone: argmax comes last, after embed
     assert latest["argmax"] == max(latest.values())
+
+
+def test_chain_composition_adds_up():
+    # the chain's hops and per-kind bodies add up to its length, which is the data-only longest path
+    s = _schedule("parallel", num_programs=8)
+    dur = [1.0 + (t.id % 5) * 0.25 for t in s.tasks]
+    c = cp.chain_composition(s, dur, 0.5)
+    chain, _ = cp.longest_path(s, None, 0.5, queues=False, task_us=dur)
+    assert abs(c["chain_us"] - chain) < 1e-9
+    assert abs(c["hop_us_total"] + sum(v["us"] for v in c["per_kind"].values()) - chain) < 1e-9
+    assert c["per_kind"]["embed"]["tasks"] == 1 and c["per_kind"]["argmax"]["tasks"] == 1
