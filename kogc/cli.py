@@ -55,8 +55,9 @@ def _parser() -> argparse.ArgumentParser:
                         "cuda_graph_trim: one CUDA graph of the model with its KV cache trimmed to the positions "
                         "the bench uses (the fairer graph baseline)")
     b.add_argument("--json", help="also write the results to this file")
-    b.add_argument("--profile", action="store_true",
-                   help="also record per-task timestamps of one kogc step and print where the time goes")
+    b.add_argument("--profile", nargs="?", const=True, default=False, choices=["detail"], metavar="detail",
+                   help="also record per-task timestamps of one kogc step and print where the time goes; "
+                        "--profile detail also splits matvec bodies into operands / compute / publish")
     b.add_argument("--interpret", action="store_true",
                    help="no GPU: run kogc's kernel under Triton's interpreter (CPU figures; kogc and eager only)")
     r = sub.add_parser("run", help="generate tokens in one kernel launch and stream them",

@@ -27,7 +27,7 @@ def _progress(msg: str, quiet: bool) -> None:
 
 
 def run_bench(model_file: str, preset: str | None, context: int = 1024, steps: int = 100, reps: int = 5,
-              baselines=ALL_BASELINES, interpret: bool = False, profile: bool = False, seed: int = 0,
+              baselines=ALL_BASELINES, interpret: bool = False, profile: bool | str = False, seed: int = 0,
               checkpoint: str | None = None, quiet: bool = False, overrides: dict | None = None,
               kogc_options: dict | None = None) -> dict:
     """Measure and return {"rows": [...], "floor": ..., "config": ...}; see format_table."""
@@ -66,7 +66,7 @@ def run_bench(model_file: str, preset: str | None, context: int = 1024, steps: i
     if profile and not interpret:
         from ..runtime.profile import format_summary, summarize
         _progress("profiling one kogc step", quiet)
-        pk = kogc_compile(model, profile=True, **(kogc_options or {}))
+        pk = kogc_compile(model, profile=profile, **(kogc_options or {}))
         fill_kv_from(pk, model)
         for i in range(3):
             pk.launch(1, context + i)
