@@ -14,6 +14,11 @@ from .tasks import Task
 TASK_OVERHEAD_S = 0.5e-6      # table read, wait check, publish: per task, whatever its size
 
 
+def bytes_model_seconds(task: Task, bytes_per_s_per_program: float) -> float:
+    """The cost model's time for a task: the per-task overhead plus its bytes at a program's share."""
+    return TASK_OVERHEAD_S + task.cost_bytes / bytes_per_s_per_program
+
+
 def place_parallel(tasks: list[Task], events: list[Event], num_programs: int,
                    bytes_per_s_per_program: float, lane_stagger: float = 0.0,
                    task_seconds: list[float] | None = None, wait_latency_s: float = 0.0,
@@ -70,7 +75,7 @@ def place_parallel(tasks: list[Task], events: list[Event], num_programs: int,
         if task_seconds is not None:
             end = f + task_seconds[tid]
         else:
-            end = f + TASK_OVERHEAD_S + t.cost_bytes / bytes_per_s_per_program
+            end = f + bytes_model_seconds(t, bytes_per_s_per_program)
         queues[p].append(tid)
         if order is not None:
             order.append(tid)

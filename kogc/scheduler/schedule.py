@@ -14,7 +14,7 @@ from ..targets import Target
 from .check import check_dynamic, check_schedule, prune_by_program_order
 from .deps import Event, derive, merge_events
 from .fuse import FusedOp, fuse
-from .place import TASK_OVERHEAD_S, place_parallel, place_sequential
+from .place import bytes_model_seconds, place_parallel, place_sequential
 from .tasks import NARGS, Task
 from .tile import ESIZE, Layout, TileConfig, tile
 
@@ -173,4 +173,4 @@ def kind_seconds(tasks: list[Task], kind_us: dict, bytes_per_s_per_program: floa
     """Per task: the measured time of its kind (TileConfig.kind_us, microseconds), or for a kind not
     listed the bytes model's estimate."""
     return [kind_us[t.kind_key] * 1e-6 if t.kind_key in kind_us
-            else TASK_OVERHEAD_S + t.cost_bytes / bytes_per_s_per_program for t in tasks]
+            else bytes_model_seconds(t, bytes_per_s_per_program) for t in tasks]
