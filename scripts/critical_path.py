@@ -52,13 +52,14 @@ def longest_path(schedule, body_us, latency_us: float, queues: bool, task_us=Non
         prog = {tid: p for p, q in enumerate(schedule.queues) for tid in q}
         for tid in run_order(tasks, events, schedule.queues):    # waited events are complete by then
             t = tasks[tid]
-            start = max([last.get(prog[tid], 0.0)] + [done_at[g] + latency_us for g, _ in t.waits])
+            start = max([last.get(prog[tid], 0.0)] + [done_at[g] + latency_us for g, _ in t.waits]
+                        + [end[d] + latency_us for d in t.ll_deps])     # flagged reads: their producers
             end[tid] = last[prog[tid]] = start + dur[tid]
             done_at[t.group] = max(done_at[t.group], end[tid])
     else:                                               # one program per task: only the exact producers
         for t in tasks:                                 # task ids follow the graph's order
-            assert all(d < t.id for d in t.deps), f"task {t.id} depends on a later task"
-            start = max((end[d] + latency_us for d in t.deps), default=0.0)
+            assert all(d < t.id for d in t.all_deps), f"task {t.id} depends on a later task"
+            start = max((end[d] + latency_us for d in t.all_deps), default=0.0)
             end[t.id] = start + dur[t.id]
     latest = defaultdict(float)
     for t in tasks:
@@ -73,7 +74,7 @@ def chain_composition(schedule, dur, latency_us: float) -> dict:
     end, parent = [0.0] * len(tasks), [-1] * len(tasks)
     for t in tasks:                                     # task ids follow the graph's order
         start = 0.0
-        for d in t.deps:
+        for d in t.all_deps:
             if end[d] + latency_us > start:
                 start, parent[t.id] = end[d] + latency_us, d
         end[t.id] = start + dur[t.id]

@@ -381,3 +381,42 @@ def test_attention_last_split_combines(lanes):
     check_schedule(s.tasks, s.events, s.queues)
     o_writers = [t for t in s.tasks if t.kind == "attention" and any(r.arena == "act" for r in t.writes)]
     assert len(o_writers) == sum(t.kind == "attention" for t in s.tasks)      # every split may be the last
+
+
+@pytest.mark.parametrize("lanes,dtype", [(1, None), (2, None), (2, torch.float16)])
+def test_flagged_activations_equal_the_default(lanes, dtype):
+    # ll_act: activations as (data, epoch) words polled by their readers, no counter for them. Single
+    # steps and a generation (epochs across steps in one launch) equal the reference and, bit for bit,
+    # the default kernel; only the producers someone still acquires publish
+    import dataclasses
+    from kogc.api import INTERPRETER_TILES
+    model = tiny(seed=71 + lanes, num_lanes=lanes, dtype=dtype)
+    ck = kogc.compile(model, tile_config=dataclasses.replace(INTERPRETER_TILES, ll_act=True))
+    plain = kogc.compile(model, tile_config=INTERPRETER_TILES)
+    assert ck.buffers.ACT.dtype == torch.int64 and "_ll_write" in ck.source and "_ll_write" not in plain.source
+    assert len(ck.schedule.published) < len(ck.schedule.events)
+    for pos in range(3):
+        a, ta = ck.step(3 + pos, pos)
+        b, tb = plain.step(3 + pos, pos)
+        assert torch.equal(a, b) and ta == tb, f"pos {pos}"
+    assert ck.generate([5, 6], 5, temperature=0.8, seed=3) == plain.generate([5, 6], 5, temperature=0.8, seed=3)
+
+
+def test_flagged_read_that_can_never_be_satisfied_is_reported():
+    # point the first normed matvec's input at the final norm's output, which a task later in the same
+    # (only) queue writes: the poll can never see this step's epoch; the watchdog names the task and
+    # the value it waited for
+    import dataclasses
+    from kogc.api import INTERPRETER_TILES
+    from kogc.scheduler.schedule import HEADER
+    from kogc.scheduler.tasks import A_X
+    ck = kogc.compile(tiny(num_lanes=1), tile_config=dataclasses.replace(INTERPRETER_TILES, ll_act=True))
+    tasks, queue = ck.schedule.tasks, ck.schedule.queues[0]
+    slot = next(i for i, tid in enumerate(queue) if tasks[tid].kind_key.startswith("matvec/rmsnorm"))
+    final = next(t for t in tasks if t.kind == "final_norm")
+    name = next(n for n, (arena, off, _, _) in ck.schedule.layout.slots.items()
+                if arena == "act" and off == final.writes[0].start)
+    ck.buffers.TABLE[0, slot, HEADER + A_X] = final.writes[0].start
+    ck.watchdog_spins = 50
+    with pytest.raises(KernelHangError, match=f"task {queue[slot]} .*read activation element .*of {name}.*needed 1"):
+        ck.step(1, 0)

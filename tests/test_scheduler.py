@@ -385,3 +385,23 @@ def test_dynamic_placement_check(graphs):
     order.insert(order.index(producer), t.id)
     with pytest.raises(SchedulerError, match="deadlock"):
         check_dynamic(s.tasks, s.events, order)
+
+
+def test_flagged_reads_replace_waits_and_are_checked_for_deadlock(graphs):
+    # ll_act: reads of activations poll their flagged words, so they need no wait; the check still
+    # runs them (a read waits for its exact producer) and names a read that can never be satisfied
+    import dataclasses
+    g = graphs(2)
+    plain = build_schedule(g, H200, "parallel", CFG, num_programs=8)
+    s = build_schedule(g, H200, "parallel", dataclasses.replace(CFG, ll_act=True), num_programs=8)
+    assert sum(len(t.waits) for t in s.tasks) < sum(len(t.waits) for t in plain.tasks)
+    assert all(any(r.arena == "act" for r in s.tasks[d].writes) for t in s.tasks for d in t.ll_deps)
+    t = next(t for t in s.tasks if t.ll_deps and not t.waits)
+    d = t.ll_deps[0]
+    queues = [[x for x in q if x not in (t.id, d)] for q in s.queues]
+    queues[0] = [t.id] + queues[0] + [d]            # the reader first, its producer last, on one program
+    with pytest.raises(SchedulerError, match=f"deadlock: program 0 is stuck at task {t.id} .*reading the flagged "
+                                             f"output of task {d}"):
+        check_schedule(s.tasks, s.events, queues)
+    with pytest.raises(SchedulerError, match="ll_act with dynamic placement"):
+        build_schedule(g, H200, "parallel", dataclasses.replace(CFG, ll_act=True, dynamic=True), num_programs=8)

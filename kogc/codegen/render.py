@@ -33,7 +33,12 @@ def render(schedule: Schedule, kernel_name: str = KERNEL_NAME, interpret: bool =
         # Triton 3.6's AMD backend swaps the cache operations of tensor atomics with sem= (FACTS.md)
         raise SchedulerError(f"parallel_waits uses tensor atomics with acquire semantics, which Triton 3.6 "
                              f"gets wrong on {schedule.target.name}; use the default (one event at a time)")
+    ll = cfg.ll_act
+    if ll:
+        check_flagged_layout(schedule)
     return _ENV.get_template("monokernel.py.j2").render(
+        ll=ll, epw=4 // ESIZE[schedule.dtype], act_dt=TL_DTYPES[schedule.dtype],
+        ll_store_asm="" if interpret else schedule.target.ll_store_asm,
         model=schedule.graph.meta.get("model", "model"), target=schedule.target.name,
         num_programs=schedule.num_programs, num_tasks=len(schedule.tasks), variants=schedule.variants,
         nargs=T.NARGS, header=HEADER, A=ARG_NAMES, kernel_name=kernel_name, timer_asm=schedule.target.timer_asm,
@@ -68,6 +73,20 @@ def _pow2_divisor(values, cap: int = 16) -> int:
 
 
 _ENV.filters["pow2_divisor"] = _pow2_divisor     # e.g. a masked matvec row's alignment: [K, WALIGN]
+_ENV.filters["next_pow2"] = next_pow2
+TL_DTYPES = {"float32": "tl.float32", "float16": "tl.float16", "bfloat16": "tl.bfloat16"}
+
+
+def check_flagged_layout(schedule: Schedule) -> None:
+    """Flagged activations pack 4 bytes of data per word: every activation region a task reads or
+    writes must start and end on a word (an even element for 16-bit dtypes), or a reader would wait
+    for half a word that no task writes."""
+    epw = 4 // ESIZE[schedule.dtype]
+    for t in schedule.tasks:
+        for r in t.reads + t.writes:
+            if r.arena == "act" and (r.start % epw or r.end % epw):
+                raise SchedulerError(f"ll_act: task {t.id} ({t.op}) touches activation elements [{r.start}, {r.end}), "
+                                     f"not whole {epw}-element words; use ll_act=False for this model")
 
 
 def weight_alignment(schedule: Schedule) -> int:
@@ -111,7 +130,8 @@ def attention_alignment(schedule: Schedule) -> int:
 def signature(schedule: Schedule) -> tuple[dict[str, str], dict[str, object]]:
     """Argument types for ahead-of-time compilation (triton.compile), and the constexprs."""
     dt = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}[schedule.dtype]
-    sig = {"W": f"*{dt}", "WOFF": "*i64", "TABLE": "*i32", "QLEN": "*i32", "ACT": f"*{dt}", "F32": "*fp32",
+    act = "*i64" if schedule.tile_config.ll_act else f"*{dt}"
+    sig = {"W": f"*{dt}", "WOFF": "*i64", "TABLE": "*i32", "QLEN": "*i32", "ACT": act, "F32": "*fp32",
            "KV": f"*{dt}", "SMALL": f"*{dt}", "EMB": f"*{dt}", "COS": "*fp32", "SIN": "*fp32", "CNT": "*i32",
            "ERR": "*i32", "OUT": "*i32", "PROF": "*i64", "WTASK": "*i64", "TICKET": "*i32", "token": "i32",
            "pos0": "i32", "epoch0": "i32", "limit": "i32", "nsteps": "i32", "eos": "i32", "seed": "i64", "temperature": "fp32", "top_k": "i32",

@@ -41,6 +41,20 @@ class Buffers:
         return {k: v.numel() * v.element_size() for k, v in self.__dict__.items()}
 
 
+def act_words(schedule: Schedule) -> int:
+    """With flagged activations (ll_act): 8-byte words holding 4 bytes of data each."""
+    from ..scheduler.tile import ESIZE
+    return -(-schedule.layout.sizes["act"] * ESIZE[schedule.dtype] // 4)
+
+
+def act_values(schedule: Schedule, act: torch.Tensor) -> torch.Tensor:
+    """The activation arena as elements of the model's dtype (with ll_act: each word's data, flags dropped)."""
+    if not schedule.tile_config.ll_act:
+        return act
+    data = act.view(torch.int32)[0::2].contiguous()      # little-endian: a word's low half is its data
+    return data.view(TORCH_DTYPES[schedule.dtype])
+
+
 def pack_weights(schedule: Schedule, weights: dict[str, torch.Tensor], device) -> tuple[torch.Tensor, torch.Tensor]:
     """One contiguous stream per program: its tasks' weight tiles in the order it runs them.
 
@@ -93,7 +107,7 @@ def allocate(schedule: Schedule, weights: dict[str, torch.Tensor], device, profi
 
     return Buffers(
         W=W, WOFF=WOFF, TABLE=torch.from_numpy(table).to(device), QLEN=torch.from_numpy(qlen).to(device),
-        ACT=z(lay.sizes["act"], dtype), F32=z(lay.sizes["f32"], torch.float32), KV=z(lay.sizes["kv"], dtype),
+        ACT=z(act_words(schedule), torch.int64) if schedule.tile_config.ll_act else z(lay.sizes["act"], dtype), F32=z(lay.sizes["f32"], torch.float32), KV=z(lay.sizes["kv"], dtype),
         SMALL=small.to(device), EMB=emb.to(device, dtype).contiguous(), COS=cos.contiguous().to(device),
         SIN=sin.contiguous().to(device), CNT=z(len(schedule.events) + lay.sizes.get("arrive", 0), torch.int32), ERR=z(8, torch.int32),
         OUT=z(4 + max_pos, torch.int32),   # [last token, steps done, stopped at EOS, -, token of each step]

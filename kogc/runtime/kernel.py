@@ -17,7 +17,7 @@ from ..errors import KogcError
 from ..ir.graph import Graph, Op
 from ..scheduler import Schedule
 from ..scheduler.check import check_step_closure
-from .buffers import Buffers, allocate
+from .buffers import Buffers, act_values, allocate
 
 
 class KernelHangError(RuntimeError):
@@ -110,7 +110,7 @@ class CompiledKernel:
     @property
     def logits_view(self) -> torch.Tensor:
         _, off, per_lane, _ = self.schedule.layout.slots[self._logits]
-        return self.buffers.ACT[off:off + per_lane]
+        return act_values(self.schedule, self.buffers.ACT)[off:off + per_lane]
 
     def check_inputs(self, token: int, pos: int) -> None:
         if not 0 <= token < self.buffers.EMB.shape[0]:
@@ -153,6 +153,13 @@ class CompiledKernel:
                                   f"({self.schedule.events[ev].name}, the sampled token): counter {seen}, needed {need}")
         tid = self.schedule.queues[pid][slot]
         t = self.schedule.tasks[tid]
+        if ev == -2:       # a flagged read (ll_act): ERR[6] is the element it waited for
+            at = err[6]
+            name = next((n for n, (arena, off, per, lanes) in self.schedule.layout.slots.items()
+                         if arena == "act" and off <= at < off + per * max(lanes, 1)), "?")
+            raise KernelHangError(
+                f"wait timed out: program {pid}, queue slot {slot}, task {tid} ({t.kind} of {t.op}, lane {t.lane}) "
+                f"read activation element {at} (of {name}) stamped with epoch {seen}, needed {need}")
         raise KernelHangError(
             f"wait timed out: program {pid}, queue slot {slot}, task {tid} ({t.kind} of {t.op}, lane {t.lane}) "
             f"waited on event {ev} ({self.schedule.events[ev].name}): counter {seen}, needed {need}")

@@ -1,7 +1,8 @@
 """Prove a schedule sound before any code is generated, by simulating it.
 
-1. No deadlock: run every queue honouring its waits on the event counters; if all queues stall
-   before the end, name a stuck task and the wait it cannot get past.
+1. No deadlock: run every queue honouring its waits on the event counters and its flagged (LL)
+   reads, which wait for their exact producers; if all queues stall before the end, name a stuck
+   task and the wait it cannot get past.
 2. Every read after its write: vector clocks follow what each program may assume complete
    (its own earlier tasks, and what an acquired event's producers knew when they published). A task
    whose exact producer (from region overlap) is not known complete when it starts is a race.
@@ -54,6 +55,8 @@ def _simulate(tasks: list[Task], events: list[Event], queues: list[list[int]], p
     vc_prog = np.zeros((P, P), dtype=np.int64)
     vc_event = np.zeros((len(events), P), dtype=np.int64)
     parked: dict[int, list[int]] = {}
+    parked_on_task: dict[int, list[int]] = {}     # LL reads wait for their producer task itself
+    done = np.zeros(len(tasks), dtype=bool)
     runnable = list(range(P))
     as_array: dict[int, np.ndarray] = {}     # tasks with the same reads share one deps list
     deps = [as_array.setdefault(id(t.deps), np.asarray(t.deps, dtype=np.int64)) for t in tasks]
@@ -70,6 +73,10 @@ def _simulate(tasks: list[Task], events: list[Event], queues: list[list[int]], p
             blocked = next(((g, n) for g, n in t.waits if count[g] < n), None)
             if blocked is not None:
                 parked.setdefault(blocked[0], []).append(p)
+                break
+            producer = next((d for d in t.ll_deps if not done[d]), None)
+            if producer is not None:
+                parked_on_task.setdefault(producer, []).append(p)
                 break
             vc = vc_prog[p].copy()
             kept = []
@@ -95,6 +102,8 @@ def _simulate(tasks: list[Task], events: list[Event], queues: list[list[int]], p
             np.maximum(vc_event[t.group], vc, out=vc_event[t.group])
             count[t.group] += 1
             head[p] += 1
+            done[t.id] = True
+            runnable.extend(parked_on_task.pop(t.id, []))
             if order is not None:
                 order.append(t.id)
             if count[t.group] == events[t.group].need:
@@ -103,9 +112,14 @@ def _simulate(tasks: list[Task], events: list[Event], queues: list[list[int]], p
     if stuck:
         p = stuck[0]
         t = tasks[queues[p][head[p]]]
-        g, n = next((g, n) for g, n in t.waits if count[g] < n)
-        raise SchedulerError(f"deadlock: program {p} is stuck at task {t.id} ({t.op}, lane {t.lane}, queue slot "
-                             f"{head[p]}) waiting on event {g} ({events[g].name}) for {n} tasks, only "
+        where = f"program {p} is stuck at task {t.id} ({t.op}, lane {t.lane}, queue slot {head[p]})"
+        unmet = next(((g, n) for g, n in t.waits if count[g] < n), None)
+        if unmet is None:
+            d = next(d for d in t.ll_deps if not done[d])
+            raise SchedulerError(f"deadlock: {where} reading the flagged output of task {d} ({tasks[d].op}, lane "
+                                 f"{tasks[d].lane}), which can never run; {len(stuck)} programs stuck")
+        g, n = unmet
+        raise SchedulerError(f"deadlock: {where} waiting on event {g} ({events[g].name}) for {n} tasks, only "
                              f"{count[g]} can ever finish; {len(stuck)} programs stuck")
     return dropped
 
@@ -121,7 +135,7 @@ def check_step_closure(schedule) -> None:
     seen = {sample}
     work = [sample]
     while work:
-        for d in tasks[work.pop()].deps:
+        for d in tasks[work.pop()].all_deps:
             if d not in seen:
                 seen.add(d)
                 work.append(d)

@@ -43,10 +43,11 @@ def place_parallel(tasks: list[Task], events: list[Event], num_programs: int,
     n = len(tasks)
     waiters: dict[int, list[int]] = {}
     pending = [0] * n
-    for t in tasks:
-        for g, _ in t.waits:
+    for t in tasks:       # flagged (LL) reads make a task ready like waits do: after their producers
+        gates = {g for g, _ in t.waits} | set(t.ll_groups)
+        for g in gates:
             waiters.setdefault(g, []).append(t.id)
-        pending[t.id] = len(t.waits)
+        pending[t.id] = len(gates)
     left_in_event = [e.need for e in events]
     event_end = [0.0] * len(events)
     ready_at = [0.0] * n

@@ -13,6 +13,7 @@ from ..ir.graph import Graph
 from ..targets import Target
 from .check import check_dynamic, check_schedule, prune_by_program_order
 from .deps import Event, derive, merge_events
+from .errors import SchedulerError
 from .fuse import FusedOp, fuse
 from .place import bytes_model_seconds, place_parallel, place_sequential
 from .tasks import NARGS, Task
@@ -56,6 +57,13 @@ class Schedule:
         """Positions the KV cache holds (None for a model without attention)."""
         return next((op.p["max_pos"] for op in self.ops if op.kind == "attention"), None)
 
+    @cached_property
+    def published(self) -> set[int]:
+        """The events some task waits on (and the sampled token's, which programs wait on between
+        steps): only their producers publish. A task whose event nobody acquires skips the barrier,
+        fence and counter add (with ll_act, every producer read only through flagged data)."""
+        return {g for t in self.tasks for g, _ in t.waits} | ({self.sample_event} - {-1})
+
     @property
     def max_waits(self) -> int:
         return max((len(t.waits) for t in self.tasks), default=0)
@@ -72,7 +80,7 @@ class Schedule:
         for p, q in enumerate(self.queues):
             for i, tid in enumerate(q):
                 t = self.tasks[tid]
-                row = [vid[t.variant], t.lane, t.group, len(t.waits)] + t.args
+                row = [vid[t.variant], t.lane, t.group if t.group in self.published else -1, len(t.waits)] + t.args
                 for g, need in t.waits:
                     row += [g, need]
                 table[p, i, :len(row)] = row
@@ -133,7 +141,10 @@ def build_schedule(graph: Graph, target: Target, placement: str = "parallel",
     tasks, layout = tile(graph, ops, cfg)
     timings["tile"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    events = derive(tasks)
+    if cfg.ll_act and cfg.dynamic:
+        raise SchedulerError("ll_act with dynamic placement is not supported: a flagged read waits for its exact "
+                             "producer, which the ticket order does not prove will run first (use one of them)")
+    events = derive(tasks, ("act",) if cfg.ll_act else ())
     if cfg.merge_events:
         events = merge_events(tasks, events)
     timings["deps"] = time.perf_counter() - t0

@@ -55,7 +55,15 @@ class Task:
     cost_bytes: int = 0
     group: int = -1                 # the event it publishes to
     waits: list[tuple[int, int]] = field(default_factory=list)   # (event, tasks needed per step)
-    deps: list[int] = field(default_factory=list)                # exact producers (by region overlap)
+    deps: list[int] = field(default_factory=list)                # exact producers the waits must cover
+    ll_deps: list[int] = field(default_factory=list)             # exact producers of flagged data (LL reads:
+                                                                 # the read itself waits, no counter needed)
+    ll_groups: list[int] = field(default_factory=list)           # their events (placement's readiness only)
+
+    @property
+    def all_deps(self) -> list[int]:
+        """Every exact producer, whichever way the task waits for it."""
+        return sorted(set(self.deps) | set(self.ll_deps)) if self.ll_deps else self.deps
 
     @property
     def kind(self) -> str:

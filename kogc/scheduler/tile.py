@@ -89,6 +89,11 @@ class TileConfig:
                                       # round trip per split instead of one per block; twice the tiles held)
     attn_prefetch: bool = False       # attention asks L2 for its split's first block of cache rows before
                                       # its wait (no registers held, unlike attn_preload)
+    ll_act: bool = False              # activations as NCCL's LL protocol: each 8-byte word holds 4 bytes of
+                                      # data and the step's epoch; a reader polls the data itself (one L2
+                                      # round trip per hop, no counter) and a producer read only that way
+                                      # publishes nothing (no fence). Twice the activation bytes. Measured
+                                      # +45% step time at 2b (docs/performance-notes.md): opt-in only
 
 
 def tile_config_from_json(text: str) -> TileConfig:

@@ -24,6 +24,8 @@ class Target:
     timer_asm: str = ""          # inline asm reading a ns clock into $0 (profiling); "" = not available
     l2_prefetch_asm: str = ""    # inline asm asking L2 for the line at address $1 ($0: a dummy); "" = none
     acquire_asm: str = ""        # inline asm: $0 = an acquire load (gpu scope) of the int32 at $1; "" = none
+    ll_store_asm: str = ""       # inline asm: one 8-byte store of $2 at $1 that a volatile load sees whole
+                                 # ($0: a dummy), for flagged activations (ll_act); "" = tl.store
     max_registers: int | None = None   # ptxas cap per thread (None: the compiler's choice), so that
                                        # programs_per_unit programs fit one unit's register file
     notes: str = ""

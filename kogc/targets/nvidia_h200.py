@@ -12,5 +12,6 @@ H200 = Target(
     timer_asm="mov.u64 $0, %globaltimer;",
     l2_prefetch_asm="mov.u32 $0, 0; prefetch.global.L2 [$1];",
     acquire_asm="ld.global.acquire.gpu.b32 $0, [$1];",
+    ll_store_asm="st.volatile.global.b64 [$1], $2; mov.u32 $0, 0;",
     notes="acquire: ld.global.acquire.gpu via atomic_add(0); publish: bar.sync then red.release.gpu",
 )
