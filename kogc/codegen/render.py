@@ -37,7 +37,7 @@ def render(schedule: Schedule, kernel_name: str = KERNEL_NAME, interpret: bool =
     if ll:
         check_flagged_layout(schedule)
     return _ENV.get_template("monokernel.py.j2").render(
-        ll=ll, epw=4 // ESIZE[schedule.dtype], act_dt=TL_DTYPES[schedule.dtype],
+        ll=ll, publish_some=len(schedule.published) < len(schedule.events), epw=4 // ESIZE[schedule.dtype], act_dt=TL_DTYPES[schedule.dtype],
         ll_store_asm="" if interpret else schedule.target.ll_store_asm,
         model=schedule.graph.meta.get("model", "model"), target=schedule.target.name,
         num_programs=schedule.num_programs, num_tasks=len(schedule.tasks), variants=schedule.variants,
