@@ -37,6 +37,8 @@ def render(schedule: Schedule, kernel_name: str = KERNEL_NAME, interpret: bool =
     if ll:
         check_flagged_layout(schedule)
     return _ENV.get_template("monokernel.py.j2").render(
+        tevict=', eviction_policy="evict_last"' if cfg.cache_hints else "",
+        wevict=', eviction_policy="evict_first"' if cfg.cache_hints else "",
         ll=ll, publish_some=len(schedule.published) < len(schedule.events), epw=4 // ESIZE[schedule.dtype], act_dt=TL_DTYPES[schedule.dtype],
         ll_store_asm="" if interpret else schedule.target.ll_store_asm,
         model=schedule.graph.meta.get("model", "model"), target=schedule.target.name,

@@ -89,6 +89,10 @@ class TileConfig:
                                       # round trip per split instead of one per block; twice the tiles held)
     attn_prefetch: bool = False       # attention asks L2 for its split's first block of cache rows before
                                       # its wait (no registers held, unlike attn_preload)
+    cache_hints: bool = True          # L2 eviction hints: the weight stream evict_first (read once per step),
+                                      # the task table evict_last (re-read every step: kept in L2 instead
+                                      # of an HBM miss before every task's first wait). Measured -3.1%,
+                                      # same bits (docs/performance-notes.md)
     ll_act: bool = False              # activations as NCCL's LL protocol: each 8-byte word holds 4 bytes of
                                       # data and the step's epoch; a reader polls the data itself (one L2
                                       # round trip per hop, no counter) and a producer read only that way
