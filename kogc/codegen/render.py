@@ -39,8 +39,8 @@ def render(schedule: Schedule, kernel_name: str = KERNEL_NAME, interpret: bool =
     return _ENV.get_template("monokernel.py.j2").render(
         tevict=', eviction_policy="evict_last"' if cfg.cache_hints else "",
         wevict=', eviction_policy="evict_first"' if cfg.cache_hints else "",
-        ll=ll, publish_some=len(schedule.published) < len(schedule.events), epw=4 // ESIZE[schedule.dtype], act_dt=TL_DTYPES[schedule.dtype],
-        ll_store_asm="" if interpret else schedule.target.ll_store_asm,
+        ll=ll, epw=4 // ESIZE[schedule.dtype], ll_store_asm="" if interpret else schedule.target.ll_store_asm,
+        act_dt=TL_DTYPES[schedule.dtype], publish_some=len(schedule.published) < len(schedule.events),
         model=schedule.graph.meta.get("model", "model"), target=schedule.target.name,
         num_programs=schedule.num_programs, num_tasks=len(schedule.tasks), variants=schedule.variants,
         nargs=T.NARGS, header=HEADER, A=ARG_NAMES, kernel_name=kernel_name, timer_asm=schedule.target.timer_asm,

@@ -3,12 +3,12 @@
 Every task publishes to one event: its group (the tasks of one fused op for one lane). A task
 waits on the groups of the tasks that wrote what it reads, needing all of each group's tasks;
 waits already implied through another wait (the producer of one waited on the other) are dropped.
+The resulting `Event` list is the single source of truth for the kernel's waits and publishes and
+for the soundness check.
 
 Reads of a flagged arena (`ll_arenas`, NCCL's LL protocol: every word carries the step's epoch)
 need no wait: the read polls the data itself. Their producers are the task's `ll_deps`; they imply
 nothing else (a relaxed read of a flag acquires none of the producer's other writes).
-The resulting `Event` list is the single source of truth for the kernel's waits and publishes and
-for the soundness check.
 """
 from __future__ import annotations
 
