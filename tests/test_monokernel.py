@@ -420,3 +420,22 @@ def test_flagged_read_that_can_never_be_satisfied_is_reported():
     ck.watchdog_spins = 50
     with pytest.raises(KernelHangError, match=f"task {queue[slot]} .*read activation element .*of {name}.*needed 1"):
         ck.step(1, 0)
+
+
+def test_cache_hints_mark_the_streams():
+    # cache_hints (default): the weight stream evict_first, the task table evict_last; kv_evict_first
+    # adds attention's cache reads; without them no hint is rendered (the measured kernels' text)
+    from kogc.codegen.render import render
+    from kogc.frontend import to_ir
+    from kogc.scheduler import TileConfig, build_schedule
+    from kogc.targets import H200
+    ir = to_ir(tiny(num_lanes=2))
+
+    def src(**kw):
+        return render(build_schedule(ir, H200, tile_config=TileConfig(**kw), num_programs=8))
+    on, off, kv = src(), src(cache_hints=False), src(kv_evict_first=True)
+    assert "tl.load(W + w_idx, eviction_policy=\"evict_first\")" in on
+    assert "n = tl.load(row + 3, eviction_policy=\"evict_last\")" in on
+    assert "eviction_policy" not in off
+    assert "tl.load(KV" in on and all("evict_first" in line for line in kv.splitlines() if "tl.load(KV" in line)
+    assert not any("evict" in line for line in on.splitlines() if "tl.load(KV" in line)

@@ -39,6 +39,7 @@ def render(schedule: Schedule, kernel_name: str = KERNEL_NAME, interpret: bool =
     return _ENV.get_template("monokernel.py.j2").render(
         tevict=', eviction_policy="evict_last"' if cfg.cache_hints else "",
         wevict=', eviction_policy="evict_first"' if cfg.cache_hints else "",
+        kvevict=', eviction_policy="evict_first"' if cfg.kv_evict_first else "",
         ll=ll, epw=4 // ESIZE[schedule.dtype], ll_store_asm="" if interpret else schedule.target.ll_store_asm,
         act_dt=TL_DTYPES[schedule.dtype], publish_some=len(schedule.published) < len(schedule.events),
         model=schedule.graph.meta.get("model", "model"), target=schedule.target.name,

@@ -93,6 +93,9 @@ class TileConfig:
                                       # the task table evict_last (re-read every step: kept in L2 instead
                                       # of an HBM miss before every task's first wait). Measured -3.1%,
                                       # same bits (docs/performance-notes.md)
+    kv_evict_first: bool = False      # attention's cache reads evict_first too (read once per step like the
+                                      # weights; at long contexts they would push the table out of L2).
+                                      # Not yet measured
     ll_act: bool = False              # activations as NCCL's LL protocol: each 8-byte word holds 4 bytes of
                                       # data and the step's epoch; a reader polls the data itself (one L2
                                       # round trip per hop, no counter) and a producer read only that way
