@@ -12,6 +12,10 @@ def test_ping_pong_arithmetic_under_the_interpreter():
     rows = probe_hop.main(["--programs", "1", "--hops", "5", "--sizes", "64", "--reps", "1", "--pollers", "0,1"])
     assert [(r["protocol"], r["pollers"]) for r in rows] == [("counter", 0), ("ll", 0), ("counter", 1), ("ll", 1)]
     assert all(r["correct"] and r["stuck_at_turn"] == 0 for r in rows)
+    # with a streamer beside them (here it runs after the players, finds DONE set and stops at once)
+    rows = probe_hop.main(["--programs", "1", "--hops", "4", "--sizes", "64", "--reps", "1", "--pollers", "0",
+                           "--streamers", "1"])
+    assert [r["streamers"] for r in rows] == [1, 1] and all(r["correct"] for r in rows)
 
 
 def test_ll_protocol_compiles_to_8_byte_volatile_stores_without_fences():
@@ -22,8 +26,9 @@ import sys, triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 import probe_hop
-sig = {"BUF": "*i64", "ERR": "*i32", "hops": "i32", "limit": "i32", "P": "constexpr", "N": "constexpr", "ASM": "constexpr"}
-k = triton.compile(ASTSource(probe_hop.hop_ll, sig, {"P": 2, "N": 1024, "ASM": True}),
+sig = {"BUF": "*i64", "ERR": "*i32", "SRC": "*fp16", "SINK": "*fp32", "DONE": "*i32", "hops": "i32", "limit": "i32",
+       "Q": "i32", "streamers": "i32", "P": "constexpr", "N": "constexpr", "ASM": "constexpr", "NSRC": "constexpr"}
+k = triton.compile(ASTSource(probe_hop.hop_ll, sig, {"P": 2, "N": 1024, "ASM": True, "NSRC": 1 << 29}),
                    target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
 sys.stdout.write(k.asm["ptx"])
 """
