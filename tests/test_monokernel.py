@@ -75,18 +75,21 @@ def test_bad_inputs_are_refused_before_launch():
     assert ck.epoch == 0
 
 
-@pytest.mark.parametrize("parallel_waits", [False, True])
-def test_watchdog_names_the_stuck_task(parallel_waits):
+@pytest.mark.parametrize("parallel_waits,header_ahead,which", [(False, False, 1), (True, False, 1),
+                                                              (False, True, 0), (False, True, 1)])
+def test_watchdog_names_the_stuck_task(parallel_waits, header_ahead, which):
     import dataclasses
     from kogc.api import INTERPRETER_TILES
-    ck = kogc.compile(tiny(num_lanes=2), tile_config=dataclasses.replace(INTERPRETER_TILES, parallel_waits=parallel_waits))
-    # make one wait impossible at run time (the compile-time check cannot see a tampered table); with
-    # parallel waits, the second wait of a task with several (all acquired at once)
+    ck = kogc.compile(tiny(num_lanes=2), tile_config=dataclasses.replace(
+        INTERPRETER_TILES, parallel_waits=parallel_waits, header_ahead=header_ahead))
+    # make one wait impossible at run time (the compile-time check cannot see a tampered table): the
+    # second wait of a task with several (with parallel waits: all acquired at once), or the first
+    # (with header_ahead: read with the number of waits, before the loop over the others)
     table = ck.buffers.TABLE
     slot = next(i for i in range(table.shape[1]) if table[0, i, 3] > 1)
     from kogc.scheduler.schedule import HEADER
     from kogc.scheduler.tasks import NARGS
-    table[0, slot, HEADER + NARGS + 3] = 1_000_000
+    table[0, slot, HEADER + NARGS + 2 * which + 1] = 1_000_000
     ck.watchdog_spins = 50
     tid = ck.schedule.queues[0][slot]
     with pytest.raises(KernelHangError, match=f"task {tid} .*counter .*needed 1000000"):
@@ -322,6 +325,22 @@ def test_merged_events_kernel_equals_reference(lanes, merge):
     ck = kogc.compile(model, tile_config=dataclasses.replace(INTERPRETER_TILES, merge_events=merge))
     assert any("+" in e.name for e in ck.schedule.events) == merge
     steps_and_generation_match(model, ck, steps=8)
+
+
+@pytest.mark.parametrize("lanes,dtype", [(1, torch.float32), (2, torch.float16), (4, torch.float32)])
+def test_header_ahead_equals_reference(lanes, dtype):
+    # the publish's event id read with the variant, the first wait's event with the number of waits
+    import dataclasses
+    from kogc.api import INTERPRETER_TILES
+    model = tiny(seed=61 + lanes, num_lanes=lanes, dtype=dtype)
+    ck = kogc.compile(model, tile_config=dataclasses.replace(INTERPRETER_TILES, header_ahead=True))
+    assert "ev0 = tl.load" in ck.source and "ev0 = tl.load" not in kogc.compile(model).source
+    if dtype == torch.float32:
+        steps_and_generation_match(model, ck, steps=8)
+    else:   # fp16: bit-equal to the default kernel (same arithmetic, only the table reads move)
+        plain = kogc.compile(model, tile_config=INTERPRETER_TILES)
+        for pos in range(6):
+            assert torch.equal(ck.step(2 + pos, pos)[0], plain.step(2 + pos, pos)[0]), f"pos {pos}"
 
 
 def steps_and_generation_match(model, ck, steps):

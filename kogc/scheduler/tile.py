@@ -96,6 +96,10 @@ class TileConfig:
     kv_evict_first: bool = False      # attention's cache reads evict_first too (read once per step like the
                                       # weights; at long contexts they would push the table out of L2).
                                       # Not yet measured
+    header_ahead: bool = False        # fewer table round trips in a row per task: the publish's event id
+                                      # is read with the variant and lane (not between the body's last
+                                      # store and the release fence, after the acquire emptied L1), and
+                                      # the first wait's event and count with the number of waits
     ll_act: bool = False              # activations as NCCL's LL protocol: each 8-byte word holds 4 bytes of
                                       # data and the step's epoch; a reader polls the data itself (one L2
                                       # round trip per hop, no counter) and a producer read only that way
