@@ -78,40 +78,47 @@ def hop_counter(DATA, CNT, ERR, SRC, SINK, DONE, hops, limit, Q, streamers, P: t
 
 
 @triton.jit
-def _store_ll(ptrs, words, ASM: tl.constexpr):
-    """One 8-byte store per word (single-copy atomic: data and flag land together)."""
+def _store_ll(ptrs, words, live, ASM: tl.constexpr):
+    """One 8-byte store per live word (single-copy atomic: data and flag land together)."""
     if ASM:
-        tl.inline_asm_elementwise("st.volatile.global.b64 [$1], $2; mov.u32 $0, 0;", "=r,l,l", [ptrs, words],
+        tl.inline_asm_elementwise("{ .reg .pred p; setp.ne.b32 p, $3, 0; @p st.volatile.global.b64 [$1], $2; "
+                                  "mov.u32 $0, 0; }", "=r,l,l,r", [ptrs, words, live.to(tl.int32)],
                                   dtype=tl.int32, is_pure=False, pack=1)
     else:
-        tl.store(ptrs, words)
+        tl.store(ptrs, words, mask=live)
 
 
 @triton.jit
 def hop_ll(BUF, ERR, SRC, SINK, DONE, hops, limit, Q, streamers, P: tl.constexpr, N: tl.constexpr,
-           ASM: tl.constexpr, NSRC: tl.constexpr):
+           ASM: tl.constexpr, NSRC: tl.constexpr, NP: tl.constexpr):
     i = tl.program_id(0)
-    offs = tl.arange(0, N)
+    # NP >= the program's threads: a tensor smaller than the program is replicated across warps, and a
+    # reduction then reads one copy, so a thread whose own (stale) copy of a word was not the one
+    # reduced would leave the poll with it (seen as a wrong final vector under load at 64 words)
+    offs = tl.arange(0, NP)
+    live = offs < N
+    done = hops.to(tl.int64) << 32           # masked-off words read as stamped
     if i >= Q:      # a streamer: HBM reads beside the hops, until the last turn
         _stream(SRC, SINK, DONE, i, Q, streamers, limit, NSRC)
         i = hops
     elif i >= P:      # a poller: reads the vector like the many consumers of one value in the kernel
         spins = 0
-        while (tl.min((tl.load(BUF + offs, volatile=True) >> 32).to(tl.int32), 0) < hops) & (spins < limit):
+        while (tl.min((tl.load(BUF + offs, mask=live, other=done, volatile=True) >> 32).to(tl.int32), 0) < hops) \
+                & (spins < limit):
             spins += 1
         i = hops
     while i < hops:
-        w = tl.load(BUF + offs, volatile=True)
+        w = tl.load(BUF + offs, mask=live, other=done, volatile=True)
         spins = 0
         while (tl.min((w >> 32).to(tl.int32), 0) < i) & (spins < limit):   # flags are monotonic
-            w = tl.load(BUF + offs, volatile=True)
+            w = tl.load(BUF + offs, mask=live, other=done, volatile=True)
             spins += 1
         if spins >= limit:
             tl.atomic_xchg(ERR, i + 1)
             i = hops
         else:
             data = (w & 0xFFFFFFFF) + 1
-            _store_ll(BUF + offs, ((i + 1).to(tl.int64) << 32) | data, ASM)
+            _store_ll(BUF + offs, ((i + 1).to(tl.int64) << 32) | data, live, ASM)
             i += P
     if tl.program_id(0) < P:
         tl.store(DONE, 1)                                        # the streamers stop
@@ -139,6 +146,7 @@ def run(protocol: str, n: int, hops: int, programs: int, device: str, limit: int
     src = stream_source(device) if streamers else torch.zeros(4096, dtype=torch.float16, device=device)
     sink = torch.zeros(grid[0], dtype=torch.float32, device=device)
     common = dict(P=programs, N=n, NSRC=src.numel())
+    threads = 4 * 32      # Triton's default num_warps
     if protocol == "counter":
         data = torch.zeros(n, dtype=torch.int32, device=device)
         cnt = torch.zeros(1, dtype=torch.int32, device=device)
@@ -148,7 +156,8 @@ def run(protocol: str, n: int, hops: int, programs: int, device: str, limit: int
     else:
         buf = torch.zeros(n, dtype=torch.int64, device=device)
         launch = lambda: hop_ll[grid](buf, err, src, sink, done, hops, limit, programs + pollers,  # noqa: E731
-                                      max(streamers, 1), ASM=not INTERPRET, **common)
+                                      max(streamers, 1), ASM=not INTERPRET,
+                                      NP=max(n, threads), **common)
         final = lambda: buf & 0xFFFFFFFF  # noqa: E731
     if device == "cuda":
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)

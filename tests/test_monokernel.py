@@ -334,11 +334,12 @@ def test_header_ahead_equals_reference(lanes, dtype):
     from kogc.api import INTERPRETER_TILES
     model = tiny(seed=61 + lanes, num_lanes=lanes, dtype=dtype)
     ck = kogc.compile(model, tile_config=dataclasses.replace(INTERPRETER_TILES, header_ahead=True))
-    assert "ev0 = tl.load" in ck.source and "ev0 = tl.load" not in kogc.compile(model).source
+    before = dataclasses.replace(INTERPRETER_TILES, header_ahead=False)
+    assert "ev0 = tl.load" in ck.source and "ev0 = tl.load" not in kogc.compile(model, tile_config=before).source
     if dtype == torch.float32:
         steps_and_generation_match(model, ck, steps=8)
-    else:   # fp16: bit-equal to the default kernel (same arithmetic, only the table reads move)
-        plain = kogc.compile(model, tile_config=INTERPRETER_TILES)
+    else:   # fp16: bit-equal to the kernel without it (same arithmetic, only the table reads move)
+        plain = kogc.compile(model, tile_config=before)
         for pos in range(6):
             assert torch.equal(ck.step(2 + pos, pos)[0], plain.step(2 + pos, pos)[0]), f"pos {pos}"
 
@@ -443,7 +444,7 @@ def test_flagged_read_that_can_never_be_satisfied_is_reported():
 
 def test_cache_hints_mark_the_streams():
     # cache_hints (default): the weight stream evict_first, the task table evict_last; kv_evict_first
-    # adds attention's cache reads; without them no hint is rendered (the measured kernels' text)
+    # (default) adds attention's cache reads; without them no hint is rendered (the measured kernels' text)
     from kogc.codegen.render import render
     from kogc.frontend import to_ir
     from kogc.scheduler import TileConfig, build_schedule
@@ -452,9 +453,9 @@ def test_cache_hints_mark_the_streams():
 
     def src(**kw):
         return render(build_schedule(ir, H200, tile_config=TileConfig(**kw), num_programs=8))
-    on, off, kv = src(), src(cache_hints=False), src(kv_evict_first=True)
+    on, off, no_kv = src(), src(cache_hints=False, kv_evict_first=False), src(kv_evict_first=False)
     assert "tl.load(W + w_idx, eviction_policy=\"evict_first\")" in on
     assert "n = tl.load(row + 3, eviction_policy=\"evict_last\")" in on
     assert "eviction_policy" not in off
-    assert "tl.load(KV" in on and all("evict_first" in line for line in kv.splitlines() if "tl.load(KV" in line)
-    assert not any("evict" in line for line in on.splitlines() if "tl.load(KV" in line)
+    assert "tl.load(KV" in on and all("evict_first" in line for line in on.splitlines() if "tl.load(KV" in line)
+    assert not any("evict" in line for line in no_kv.splitlines() if "tl.load(KV" in line)

@@ -27,14 +27,19 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 import probe_hop
 sig = {"BUF": "*i64", "ERR": "*i32", "SRC": "*fp16", "SINK": "*fp32", "DONE": "*i32", "hops": "i32", "limit": "i32",
-       "Q": "i32", "streamers": "i32", "P": "constexpr", "N": "constexpr", "ASM": "constexpr", "NSRC": "constexpr"}
-k = triton.compile(ASTSource(probe_hop.hop_ll, sig, {"P": 2, "N": 1024, "ASM": True, "NSRC": 1 << 29}),
+       "Q": "i32", "streamers": "i32", "P": "constexpr", "N": "constexpr", "ASM": "constexpr", "NSRC": "constexpr",
+       "NP": "constexpr"}
+n, np_ = int(sys.argv[1]), int(sys.argv[2])
+k = triton.compile(ASTSource(probe_hop.hop_ll, sig, {"P": 2, "N": n, "ASM": True, "NSRC": 1 << 29, "NP": np_}),
                    target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
 sys.stdout.write(k.asm["ptx"])
 """
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(probe_hop.__file__), env.get("PYTHONPATH", "")])
-    ptx = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
-    assert len(re.findall(r"st\.volatile\.global\.b64", ptx)) == 1024 // 128    # one per word, 8 per thread
-    assert "ld.volatile.global" in ptx
-    assert not re.search(r"membar|fence|\.release|\.acquire", ptx)
+    # 1024 words: 8 per thread; 64 words padded to 128 (one per thread, none replicated across warps)
+    for n, np_, per_thread in [(1024, 1024, 8), (64, 128, 1)]:
+        ptx = subprocess.run([sys.executable, "-c", code, str(n), str(np_)], env=env, capture_output=True, text=True,
+                             check=True).stdout
+        assert len(re.findall(r"st\.volatile\.global\.b64", ptx)) == per_thread, n
+        assert "ld.volatile.global" in ptx
+        assert not re.search(r"membar|fence|\.release|\.acquire", ptx)
