@@ -82,6 +82,11 @@ class TileConfig:
     hoist_operands: bool = True       # a matvec loads its constants (table row, norm scale, cos/sin) before
                                       # its wait and its residual operands beside its input, not after its
                                       # own store: fewer L2 round trips in a row after the wait
+    attn_args_ahead: bool = False     # attention reads its table row before its wait (as hoist_operands
+                                      # does for matvecs): attention is on the chain once per layer
+    combine_per_head: bool = False    # the split combine loads each split's maximum and sum once per head
+                                      # ([splits, heads], spread over the columns in registers), not once
+                                      # per column
     attn_last_combines: bool = False  # the last attention split of a (lane, KV head) to finish (an arrival
                                       # counter) combines all splits into o; Wo reads o plainly instead of
                                       # every Wo task combining the partials again
@@ -183,7 +188,7 @@ def tile(graph: Graph, ops: list[FusedOp], cfg: TileConfig) -> tuple[list[Task],
         elif op.kind == "argmax":
             part = lay.slots[f"{p['logits']}.argmax"]
             nparts = part[2] // 2
-            blk = min(1024, next_pow2(nparts))
+            blk = min(2048, next_pow2(nparts))     # a running best per element: 2 x 16 values per thread
             logits = by[p["logits"]].type.shape[0]
             args = _args({A_X: part[1], A_ROW0: nparts, A_X2: lay.at(p["logits"], -1), A_H: logits})
             reads = [Region("f32", part[1], part[1] + 2 * nparts), lay.region(p["logits"], -1, 0, logits)]
