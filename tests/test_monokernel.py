@@ -329,8 +329,6 @@ def test_merged_events_kernel_equals_reference(lanes, merge):
 
 READ_ORDER_OPTIONS = [   # (option, text only its kernel has): reads moved, the same arithmetic
     ("header_ahead", "ev0 = tl.load"),              # publish's event with the variant, first wait with n
-    ("attn_args_ahead", "args = _args(row)       # before the wait"),     # attention's table row
-    ("combine_per_head", "_per_column(tl.load"),    # split maxima and sums once per head
 ]
 
 

@@ -82,11 +82,6 @@ class TileConfig:
     hoist_operands: bool = True       # a matvec loads its constants (table row, norm scale, cos/sin) before
                                       # its wait and its residual operands beside its input, not after its
                                       # own store: fewer L2 round trips in a row after the wait
-    attn_args_ahead: bool = False     # attention reads its table row before its wait (as hoist_operands
-                                      # does for matvecs): attention is on the chain once per layer
-    combine_per_head: bool = False    # the split combine loads each split's maximum and sum once per head
-                                      # ([splits, heads], spread over the columns in registers), not once
-                                      # per column
     attn_last_combines: bool = False  # the last attention split of a (lane, KV head) to finish (an arrival
                                       # counter) combines all splits into o; Wo reads o plainly instead of
                                       # every Wo task combining the partials again
