@@ -2,7 +2,7 @@
 its floor, in one run. One compile per preset; the KV cache is filled with random values up to each
 context. Prints a markdown table and writes $OUT/scaling.json.
 
-    python scripts/scaling.py --presets laneformer-0.5b,laneformer-2b,laneformer-7b --contexts 128,1024,4096
+    python scripts/scaling.py --presets laneformer-0.5b,laneformer-2b,laneformer-7b --contexts 128,1024,4096 [--tile-config JSON]
     TRITON_INTERPRET=1 python scripts/scaling.py --presets tiny --contexts 8,16 --steps 2 --reps 1   # CPU smoke run
 """
 from __future__ import annotations
@@ -22,6 +22,7 @@ import laneformer as lf  # noqa: E402
 import kogc  # noqa: E402
 from kogc.bench.measure import bytes_per_token, read_bandwidth, time_steps  # noqa: E402
 from kogc.runtime.kernel import fill_kv_from  # noqa: E402
+from kogc.scheduler.tile import tile_config_from_json  # noqa: E402
 
 
 def main(argv=None) -> list[dict]:
@@ -30,7 +31,9 @@ def main(argv=None) -> list[dict]:
     ap.add_argument("--contexts", default="128,1024,4096")
     ap.add_argument("--steps", type=int, default=50)
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--tile-config", help="JSON of TileConfig fields instead of the defaults")
     args = ap.parse_args(argv)
+    tiles = tile_config_from_json(args.tile_config) if args.tile_config else None
     gpu = torch.cuda.is_available()
     bw = read_bandwidth() if gpu else None
     rows = []
@@ -38,7 +41,7 @@ def main(argv=None) -> list[dict]:
         t0 = time.perf_counter()
         model = lf.kogc_model(preset, seed=0)
         params = sum(p.numel() for p in model.parameters())
-        ck = kogc.compile(model)
+        ck = kogc.compile(model, tile_config=tiles)
         print(f"[scaling] {preset}: {params / 1e9:.2f}B parameters, built and compiled in "
               f"{time.perf_counter() - t0:.0f}s", file=sys.stderr, flush=True)
         gen = torch.Generator().manual_seed(1)
