@@ -75,28 +75,6 @@ def test_bad_inputs_are_refused_before_launch():
     assert ck.epoch == 0
 
 
-@pytest.mark.parametrize("impl,dtype,splits", [("reduce", torch.float32, 1), ("dot", torch.float16, 1),
-                                               ("dot", torch.float16, 2)])
-def test_attention_tail_rows_equal_reference(impl, dtype, splits):
-    # attn_tail: a split of whole 16-row blocks plus 1..16 rows takes those rows with its first block;
-    # 40 positions in 1 or 2 splits: no tail, a tail after one block, after two, and a tail of 16
-    import dataclasses
-    from kogc.api import INTERPRETER_TILES
-    model = tiny(seed=43, num_lanes=2, hidden_size=128, dtype=dtype)          # head_dim 16
-    tol = 1e-5 if dtype == torch.float32 else 1e-2
-    cfg = dataclasses.replace(INTERPRETER_TILES, attn_impl=impl, attn_splits=splits, attn_block=16, attn_tail=True)
-    ck = kogc.compile(model, tile_config=cfg)
-    assert "ktt = tl.load" in ck.source
-    weights, state = dict(model.named_parameters()), new_state(ck.ir)
-    for pos in range(40):
-        logits, nxt = ck.step(3 + pos % 7, pos)
-        (ref, ref_nxt), _ = execute(ck.ir, weights, state, [3 + pos % 7, pos])
-        assert rel_err(logits, ref) < tol and (dtype != torch.float32 or nxt == int(ref_nxt)), f"pos {pos}"
-    from kogc.scheduler import SchedulerError
-    with pytest.raises(SchedulerError, match="attn_tail .* choose one"):
-        kogc.compile(model, tile_config=dataclasses.replace(cfg, attn_pipeline=True))
-
-
 @pytest.mark.parametrize("parallel_waits,header_ahead,which", [(False, False, 1), (True, False, 1),
                                                               (False, True, 0), (False, True, 1)])
 def test_watchdog_names_the_stuck_task(parallel_waits, header_ahead, which):

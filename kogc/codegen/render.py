@@ -27,9 +27,6 @@ def render(schedule: Schedule, kernel_name: str = KERNEL_NAME, interpret: bool =
     if cfg.dynamic and (cfg.read_ahead or cfg.l2_prefetch):
         raise SchedulerError("dynamic placement takes tasks by ticket: read_ahead and l2_prefetch read a "
                              "program's next queue entry, which it does not have")
-    if cfg.attn_tail and (cfg.attn_pipeline or cfg.attn_preload):
-        raise SchedulerError("attn_tail loads a split's last rows with its first block; attn_pipeline and "
-                             "attn_preload load blocks ahead their own way: choose one")
     if cfg.attn_pipeline and cfg.attn_preload:
         raise SchedulerError("attn_pipeline and attn_preload both load cache rows ahead into registers: choose one")
     if cfg.parallel_waits and schedule.target.vendor == "amd":
@@ -54,7 +51,6 @@ def render(schedule: Schedule, kernel_name: str = KERNEL_NAME, interpret: bool =
         table_ahead=ahead, header_ahead=cfg.header_ahead,
         final_norm_lanes=next((v[2] for v in schedule.variants if v[0] == "final_norm"), 1),
         attn_preload=cfg.attn_preload, hoist=cfg.hoist_operands, attn_pipeline=cfg.attn_pipeline,
-        attn_tail=cfg.attn_tail,
         attn_last_combines=cfg.attn_last_combines, arrive_base=len(schedule.events),
         attn_prefetch_asm="" if interpret else attn_prefetch,
         row_prefetch_asm=schedule.target.l2_prefetch_asm if ahead and not interpret else "",

@@ -87,9 +87,6 @@ class TileConfig:
                                       # every Wo task combining the partials again
     attn_pipeline: bool = False       # attention loads block i+1 of the cache while it computes block i (one
                                       # round trip per split instead of one per block; twice the tiles held)
-    attn_tail: bool = False           # a split of whole blocks plus at most 16 rows loads those rows with its
-                                      # first block (one round trip less per split: context 1024 in 16
-                                      # splits is 64 + 1..7 rows per split)
     attn_prefetch: bool = False       # attention asks L2 for its split's first block of cache rows before
                                       # its wait (no registers held, unlike attn_preload)
     cache_hints: bool = True          # L2 eviction hints: the weight stream evict_first (read once per step),
