@@ -13,6 +13,7 @@ Task body times come from a `%globaltimer` profile summary (per task kind, e.g. 
     python scripts/critical_path.py --preset laneformer-2b \
         [--profile docs/results/2026-11-29-launch_probe.json] [--latency-us 0.5,1,2,4] [--tile-config JSON]
         [--task-times task-times-1024.npz [--placements '[{"measured": true, "wait_latency_us": 1}, ...]']] [--chain]
+        [--fold-mlp 1,1.5,2.5]
 
 --placements (with --task-times) re-places the same tasks several ways and replays each with the
 measured task times, to rank placements offline: each entry may set "measured" (true: the
@@ -89,6 +90,22 @@ def chain_composition(schedule, dur, latency_us: float) -> dict:
             "per_kind": {k: {"tasks": n, "us": us} for k, (n, us) in sorted(kinds.items(), key=lambda kv: -kv[1][1])}}
 
 
+def fold_mlp_chain(schedule, dur, latency_us: float, extra_us: float) -> float:
+    """What-if for the MLP as one phase (performance-notes.md, sixth session): the data-only chain
+    with every W2 task (`silu_mul` prologue) folded into its W1/W3 producers (`rmsnorm/store`): W2
+    takes no time and no hop after them, and each W1/W3 task takes `extra_us` longer (its share of
+    W2's weights and the fp32 reduction). Only the chain: the queues would change with the tasks."""
+    kinds = [kind_key(t) for t in schedule.tasks]
+    w2 = [k.startswith("matvec/silu_mul") for k in kinds]
+    w13 = [k == "matvec/rmsnorm/store" for k in kinds]
+    fused = [0.0 if w2[i] else dur[i] + (extra_us if w13[i] else 0.0) for i in range(len(dur))]
+    end = [0.0] * len(schedule.tasks)
+    for t in schedule.tasks:                            # task ids follow the graph's order
+        start = max((end[d] + (0.0 if w2[t.id] and w13[d] else latency_us) for d in t.all_deps), default=0.0)
+        end[t.id] = start + fused[t.id]
+    return max(end)
+
+
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser()
     ap.add_argument("--preset", default="laneformer-2b")
@@ -99,6 +116,8 @@ def main(argv=None) -> dict:
     ap.add_argument("--task-times", help="per-task timestamps (.npz from sweep.py with \"profile\": true, same "
                                          "preset and settings): replay each task's own body time, not its kind's mean")
     ap.add_argument("--placements", help="JSON list of placement variants to rank with --task-times (see above)")
+    ap.add_argument("--fold-mlp", help="what-if, comma-separated us: the chain with W2 folded into W1/W3, "
+                                       "each W1/W3 task this much longer (see fold_mlp_chain)")
     ap.add_argument("--chain", action="store_true", help="print what the chain is made of (per task kind, at the "
                                                         "first --latency-us)")
     args = ap.parse_args(argv)
@@ -146,6 +165,16 @@ def main(argv=None) -> dict:
               f"+ the bodies of:")
         for k, v in c["per_kind"].items():
             print(f"  {k:34} {v['tasks']:4d} tasks {v['us']:8.1f} us (mean {v['us'] / v['tasks']:.2f})")
+    if args.fold_mlp:
+        dur = task_us if task_us is not None else [body_us[kind_key(t)] for t in schedule.tasks]
+        res["fold_mlp"] = []
+        for lat in (float(x) for x in args.latency_us.split(",")):
+            chain, _ = longest_path(schedule, body_us, lat, False, task_us)
+            for extra in (float(x) for x in args.fold_mlp.split(",")):
+                f = fold_mlp_chain(schedule, dur, lat, extra)
+                res["fold_mlp"].append({"latency_us": lat, "extra_us": extra, "chain_us": chain, "folded_us": f})
+                print(f"hop {lat:g} us: chain {chain:.1f} us; MLP as one phase (W1/W3 +{extra:g} us) {f:.1f} us "
+                      f"({(f - chain) / chain:+.0%})", flush=True)
     if args.placements:
         if task_us is None:
             raise SystemExit("--placements needs --task-times")

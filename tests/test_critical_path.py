@@ -51,3 +51,17 @@ def test_chain_composition_adds_up():
     assert abs(c["chain_us"] - chain) < 1e-9
     assert abs(c["hop_us_total"] + sum(v["us"] for v in c["per_kind"].values()) - chain) < 1e-9
     assert c["per_kind"]["embed"]["tasks"] == 1 and c["per_kind"]["argmax"]["tasks"] == 1
+
+
+def test_folding_the_mlp_shortens_the_chain_by_at_most_w2():
+    # W2 folded into W1/W3 at no extra cost: no longer than the chain, and no shorter than the chain
+    # without W2's bodies and hops; a large extra cost on W1/W3 makes it longer than the chain
+    s = _schedule("parallel", num_programs=8)
+    dur = [1.0 + (t.id % 5) * 0.25 for t in s.tasks]
+    assert any(cp.kind_key(t).startswith("matvec/silu_mul") for t in s.tasks)
+    chain, _ = cp.longest_path(s, None, 0.5, queues=False, task_us=dur)
+    folded = cp.fold_mlp_chain(s, dur, 0.5, 0.0)
+    layers = tiny().config.num_hidden_layers          # the chain passes one W2 task per layer
+    assert folded < chain
+    assert folded >= chain - layers * (max(dur) + 0.5)
+    assert cp.fold_mlp_chain(s, dur, 0.5, 100.0) > chain
