@@ -65,3 +65,18 @@ def test_folding_the_mlp_shortens_the_chain_by_at_most_w2():
     assert folded < chain
     assert folded >= chain - layers * (max(dur) + 0.5)
     assert cp.fold_mlp_chain(s, dur, 0.5, 100.0) > chain
+
+
+def test_folded_mlp_schedule_runs_without_w2():
+    # the placed what-if: no W2 task left, every wait names an event that still has producers, and
+    # the replay runs to the end (its waits cannot deadlock)
+    s = _schedule("parallel", num_programs=8)
+    dur = [1.0] * len(s.tasks)
+    fs, fdur = cp.fold_mlp_schedule(s, dur, 0.5)
+    n_w2 = sum(cp.kind_key(t).startswith("matvec/silu_mul") for t in s.tasks)
+    assert n_w2 and len(fs.tasks) == len(s.tasks) - n_w2 == len(fdur)
+    assert not any(cp.kind_key(t).startswith("matvec/silu_mul") for t in fs.tasks)
+    assert all(fs.events[g].need > 0 for t in fs.tasks for g, _ in t.waits)
+    assert sorted(x for q in fs.queues for x in q) == list(range(len(fs.tasks)))
+    total, _ = cp.longest_path(fs, None, 0.5, True, fdur)
+    assert total >= sum(fdur) / len(fs.queues)
