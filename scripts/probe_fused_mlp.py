@@ -94,11 +94,11 @@ def run(mode: str, args, device: str) -> dict:
     R13, R2, RF = 8, 16, 4
     n13, n2, nf = counts(mode, groups, F, R13, R2, RF, D)
     numel = n13 * R13 * D + n2 * R2 * F + nf * 3 * RF * D
-    gen = torch.Generator().manual_seed(0)
-    W = (torch.randn(numel, generator=gen) * D ** -0.5).to(torch.float16).to(device)
-    H = torch.randn(D, generator=gen).to(torch.float16).to(device)
+    gen = torch.Generator(device=device).manual_seed(0)       # on the device: GBs of weights
+    W = torch.randn(numel, generator=gen, device=device, dtype=torch.float16) * D ** -0.5
+    H = torch.randn(D, generator=gen, device=device).to(torch.float16)
     G = torch.ones(D, dtype=torch.float16, device=device)
-    Z = torch.randn(2 * F, generator=gen).to(torch.float16).to(device)
+    Z = torch.randn(2 * F, generator=gen, device=device).to(torch.float16)
     OUT = torch.zeros(max(n13 * R13 + n2 * R2, 1), dtype=torch.float16, device=device)
     SUM = torch.zeros(max(groups if mode == "fused" else nf, 1) * D, dtype=torch.float32, device=device)
     kw = dict(P=args.programs, D=D, F=F, R13=R13, R2=R2, RF=RF, ATOMIC=mode == "fused")
