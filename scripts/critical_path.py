@@ -90,6 +90,12 @@ def chain_composition(schedule, dur, latency_us: float) -> dict:
             "per_kind": {k: {"tasks": n, "us": us} for k, (n, us) in sorted(kinds.items(), key=lambda kv: -kv[1][1])}}
 
 
+def _mlp_kinds(schedule) -> tuple[list[bool], list[bool]]:
+    """Per task: is it a W2 task (silu-mul prologue), is it a W1/W3 task (rmsnorm prologue, stored)?"""
+    kinds = [kind_key(t) for t in schedule.tasks]
+    return [k.startswith("matvec/silu_mul") for k in kinds], [k == "matvec/rmsnorm/store" for k in kinds]
+
+
 def fold_mlp_schedule(schedule, dur, extra_us: float):
     """The same what-if as a placed schedule: the W2 tasks removed, whoever waited for W2's event waits
     for the W1/W3 event W2 waited for, each W1/W3 task `extra_us` longer, placed afresh by the bytes
@@ -100,7 +106,8 @@ def fold_mlp_schedule(schedule, dur, extra_us: float):
     from kogc.scheduler.deps import Event
     from kogc.scheduler.place import place_parallel
     tasks = schedule.tasks
-    w2 = {t.id for t in tasks if kind_key(t).startswith("matvec/silu_mul")}
+    is_w2, is_w13 = _mlp_kinds(schedule)
+    w2 = {t.id for t in tasks if is_w2[t.id]}
     keep = [t for t in tasks if t.id not in w2]
     new = {t.id: i for i, t in enumerate(keep)}
     events = [Event(e.id, e.name, [new[x] for x in e.tasks if x not in w2]) for e in schedule.events]
@@ -119,7 +126,7 @@ def fold_mlp_schedule(schedule, dur, extra_us: float):
         groups = set().union(*(stand_in[g] if g in w2_events else {g} for g in groups)) if groups else set()
         waits = sorted((g, events[g].need) for g in groups)
         folded.append(dataclasses.replace(t, id=new[t.id], deps=[], waits=waits))
-    fdur = [dur[t.id] + (extra_us if kind_key(t) == "matvec/rmsnorm/store" else 0.0) for t in keep]
+    fdur = [dur[t.id] + (extra_us if is_w13[t.id] else 0.0) for t in keep]
     P = len(schedule.queues)
     queues, _ = place_parallel(folded, events, P, schedule.target.hbm_read_bw / P)
     return SimpleNamespace(tasks=folded, events=events, queues=queues), fdur
@@ -130,9 +137,7 @@ def fold_mlp_chain(schedule, dur, latency_us: float, extra_us: float) -> float:
     with every W2 task (`silu_mul` prologue) folded into its W1/W3 producers (`rmsnorm/store`): W2
     takes no time and no hop after them, and each W1/W3 task takes `extra_us` longer (its share of
     W2's weights and the fp32 reduction). Only the chain: the queues would change with the tasks."""
-    kinds = [kind_key(t) for t in schedule.tasks]
-    w2 = [k.startswith("matvec/silu_mul") for k in kinds]
-    w13 = [k == "matvec/rmsnorm/store" for k in kinds]
+    w2, w13 = _mlp_kinds(schedule)
     fused = [0.0 if w2[i] else dur[i] + (extra_us if w13[i] else 0.0) for i in range(len(dur))]
     end = [0.0] * len(schedule.tasks)
     for t in schedule.tasks:                            # task ids follow the graph's order

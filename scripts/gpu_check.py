@@ -24,7 +24,7 @@ sys.path.insert(0, ROOT)
 import laneformer as lf  # noqa: E402
 
 import kogc  # noqa: E402
-from kogc.bench.measure import time_steps  # noqa: E402
+from kogc.bench.measure import time_steps, write_result  # noqa: E402
 
 
 def main(argv=None) -> dict:
@@ -158,10 +158,7 @@ def main(argv=None) -> dict:
             f"({ms:.3f} ms/token, weights at {res['weight_TBps']:.2f} TB/s), memory used/needed "
             f"{res['memory_ratio']:.3f}, compile {res['compile_s']:.1f}s + first launch {res['first_launch_s']:.1f}s")
     print(line, flush=True)
-    out = os.environ.get("OUT")
-    if out:
-        with open(os.path.join(out, f"gpu_check_{args.preset}.json"), "w") as f:
-            json.dump(res, f, indent=1)
+    write_result(f"gpu_check_{args.preset}.json", res)
     return res
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import json
 import os
 import sys
 import time
@@ -20,7 +19,7 @@ sys.path[:0] = [os.path.join(ROOT, "examples"), ROOT]
 import laneformer as lf  # noqa: E402
 
 import kogc  # noqa: E402
-from kogc.bench.measure import time_steps  # noqa: E402
+from kogc.bench.measure import time_steps, write_result  # noqa: E402
 from kogc.runtime.kernel import CompiledKernel, weights_of  # noqa: E402
 from kogc.runtime.profile import format_summary, summarize  # noqa: E402
 
@@ -72,9 +71,7 @@ def main():
 
 
 def dump(res):
-    if os.environ.get("OUT"):
-        with open(os.path.join(os.environ["OUT"], "launch_probe.json"), "w") as f:
-            json.dump(res, f, indent=1, default=str)
+    write_result("launch_probe.json", res, default=str)
 
 
 def host_diagnostics(ck, res):

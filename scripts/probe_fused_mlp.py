@@ -23,12 +23,12 @@ equilibrium, the fused task's time minus the W1/W3 task's is the replay's "extra
 from __future__ import annotations
 
 import argparse
-import json
-import os
 
 import torch
 import triton
 import triton.language as tl
+
+from kogc.bench.measure import time_steps, write_result
 
 MODES = ("w13", "w2", "separate", "fused", "fused_store")
 
@@ -102,20 +102,10 @@ def run(mode: str, args, device: str) -> dict:
     OUT = torch.zeros(max(n13 * R13 + n2 * R2, 1), dtype=torch.float16, device=device)
     SUM = torch.zeros(max(groups if mode == "fused" else nf, 1) * D, dtype=torch.float32, device=device)
     kw = dict(P=args.programs, D=D, F=F, R13=R13, R2=R2, RF=RF, ATOMIC=mode == "fused")
-    launch = lambda: mlp_tasks[(args.programs,)](W, H, G, Z, OUT, SUM, n13, n2, nf, **kw)  # noqa: E731
-    launch()
-    ms = []
-    for _ in range(args.reps):
-        SUM.zero_()
-        if device == "cuda":
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            launch()
-            b.record()
-            torch.cuda.synchronize()
-            ms.append(a.elapsed_time(b))
-        else:
-            launch()
+    launch = lambda i: mlp_tasks[(args.programs,)](W, H, G, Z, OUT, SUM, n13, n2, nf, **kw)  # noqa: E731
+    ms = time_steps(launch, 1, args.reps, device, warmup=1) if device == "cuda" else []
+    SUM.zero_()         # the atomics added into it in every launch above: one more from zero, to check
+    launch(0)
     med = sorted(ms)[len(ms) // 2] if ms else float("nan")
     tasks = n13 + n2 + nf
     row = {"mode": mode, "tasks": tasks, "bytes": 2 * numel, "ms": ms, "ms_median": med,
@@ -169,9 +159,7 @@ def main(argv=None) -> list[dict]:
         print(f"{mode:12s} {row['tasks']:7d} tasks, {row['bytes'] / 1e9:.3f} GB: {row['ms_median']:.3f} ms, "
               f"{row['TBps'] or float('nan'):.2f} TB/s, {t or float('nan'):.2f} us per task per program; "
               f"rel err {row['check']:.1e}", flush=True)
-    if os.environ.get("OUT"):
-        with open(os.path.join(os.environ["OUT"], "probe_fused_mlp.json"), "w") as f:
-            json.dump(rows, f, indent=1)
+    write_result("probe_fused_mlp.json", rows)
     return rows
 
 

@@ -22,12 +22,13 @@ vector must equal the number of turns.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 
 import torch
 import triton
 import triton.language as tl
+
+from kogc.bench.measure import write_result
 
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 
@@ -211,9 +212,7 @@ def main(argv=None) -> list[dict]:
             for n in (int(x) for x in args.sizes.split(",")):
                 for protocol in ("counter", "ll"):
                     rows.append(measure(protocol, n, pollers, args, device, streamers))
-    if os.environ.get("OUT"):
-        with open(os.path.join(os.environ["OUT"], "probe_hop.json"), "w") as f:
-            json.dump(rows, f, indent=1)
+    write_result("probe_hop.json", rows)
     return rows
 
 

@@ -8,7 +8,6 @@ context. Prints a markdown table and writes $OUT/scaling.json.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -20,7 +19,7 @@ sys.path[:0] = [os.path.join(ROOT, "examples"), ROOT]
 import laneformer as lf  # noqa: E402
 
 import kogc  # noqa: E402
-from kogc.bench.measure import bytes_per_token, read_bandwidth, time_steps  # noqa: E402
+from kogc.bench.measure import bytes_per_token, read_bandwidth, time_steps, write_result  # noqa: E402
 from kogc.runtime.kernel import fill_kv_from  # noqa: E402
 from kogc.scheduler.tile import tile_config_from_json  # noqa: E402
 
@@ -77,9 +76,7 @@ def main(argv=None) -> list[dict]:
 
 
 def save(bw, rows):
-    if os.environ.get("OUT"):
-        with open(os.path.join(os.environ["OUT"], "scaling.json"), "w") as f:
-            json.dump({"read_bw_Bps": bw, "rows": rows}, f, indent=1)
+    write_result("scaling.json", {"read_bw_Bps": bw, "rows": rows})
 
 
 if __name__ == "__main__":

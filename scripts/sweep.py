@@ -25,7 +25,7 @@ sys.path[:0] = [os.path.join(ROOT, "examples"), ROOT]
 import laneformer as lf  # noqa: E402
 
 import kogc  # noqa: E402
-from kogc.bench.measure import bytes_per_token, read_bandwidth, time_steps  # noqa: E402
+from kogc.bench.measure import bytes_per_token, read_bandwidth, time_steps, write_result  # noqa: E402
 from kogc.runtime.kernel import fill_kv_from  # noqa: E402
 from kogc.scheduler import TileConfig  # noqa: E402
 from kogc.targets import H200  # noqa: E402
@@ -121,9 +121,7 @@ def main():
             results.append(row)
         ck = None   # free its buffers before the next variant
         torch.cuda.empty_cache()
-        if os.environ.get("OUT"):   # after every variant: a run cut off by its time limit keeps what it measured
-            with open(os.path.join(os.environ["OUT"], "sweep.json"), "w") as f:
-                json.dump(results, f, indent=1)
+        write_result("sweep.json", results)   # after every variant: a run cut off by its time limit keeps what it measured
 
 
 if __name__ == "__main__":
