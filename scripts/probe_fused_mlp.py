@@ -30,7 +30,7 @@ import triton.language as tl
 
 from kogc.bench.measure import time_steps, write_result
 
-MODES = ("w13", "w2", "separate", "fused", "fused_store")
+MODES = ("w13", "w2", "separate", "fused", "fused_store", "fused_none")
 
 
 @triton.jit
@@ -74,8 +74,10 @@ def mlp_tasks(W, H, G, Z, OUT, SUM, n13, n2, nf, P: tl.constexpr, D: tl.constexp
             zf = ((af / (1.0 + tl.exp(-af))).to(tl.float16).to(tl.float32) * bf).to(tl.float16).to(tl.float32)
             share = tl.sum(w2t.to(tl.float32) * zf[:, None], 0)         # [D]: W2[:, rows] @ z[rows]
             group = k // (F // RF)                                       # its (layer, lane): one sum each
-            if ATOMIC:
+            if ATOMIC == 1:
                 tl.atomic_add(SUM + group * D + tl.arange(0, D), share, sem="relaxed")
+            elif ATOMIC == 2:                                            # no output: the body's own cost
+                tl.store(SUM + k, tl.sum(share, 0))
             else:
                 tl.store(SUM + k * D + tl.arange(0, D), share)
         t += P
@@ -91,7 +93,7 @@ def counts(mode: str, groups: int, F: int, R13=8, R2=16, RF=4, D=2048) -> tuple[
 
 def run(mode: str, args, device: str) -> dict:
     D, F, groups = args.dim, args.ffn, args.layers * args.lanes
-    R13, R2, RF = 8, 16, 4
+    R13, R2, RF = 8, 16, args.rf
     n13, n2, nf = counts(mode, groups, F, R13, R2, RF, D)
     numel = n13 * R13 * D + n2 * R2 * F + nf * 3 * RF * D
     gen = torch.Generator(device=device).manual_seed(0)       # on the device: GBs of weights
@@ -101,8 +103,9 @@ def run(mode: str, args, device: str) -> dict:
     Z = torch.randn(2 * F, generator=gen, device=device).to(torch.float16)
     OUT = torch.zeros(max(n13 * R13 + n2 * R2, 1), dtype=torch.float16, device=device)
     SUM = torch.zeros(max(groups if mode == "fused" else nf, 1) * D, dtype=torch.float32, device=device)
-    kw = dict(P=args.programs, D=D, F=F, R13=R13, R2=R2, RF=RF, ATOMIC=mode == "fused")
-    launch = lambda i: mlp_tasks[(args.programs,)](W, H, G, Z, OUT, SUM, n13, n2, nf, **kw)  # noqa: E731
+    kw = dict(P=args.programs, D=D, F=F, R13=R13, R2=R2, RF=RF, ATOMIC={"fused": 1, "fused_none": 2}.get(mode, 0))
+    launch = lambda i: mlp_tasks[(args.programs,)](W, H, G, Z, OUT, SUM, n13, n2, nf, **kw,  # noqa: E731
+                                                   num_warps=args.warps)
     ms = time_steps(launch, 1, args.reps, device, warmup=1) if device == "cuda" else []
     SUM.zero_()         # the atomics added into it in every launch above: one more from zero, to check
     launch(0)
@@ -126,6 +129,9 @@ def check(mode, W, H, G, Z, OUT, SUM, n13, n2, nf, D, F, R13, R2, RF) -> float:
         a = torch.einsum("krd,d->kr", w[:, 0], y).half().float()
         b = torch.einsum("krd,d->kr", w[:, 1], y).half().float()
         z = (torch.nn.functional.silu(a).half().float() * b).half().float()
+        if mode == "fused_none":                          # each task's share summed over D
+            want, got = torch.einsum("krd,kr->k", w[:, 2], z), SUM[:k]
+            return float((got - want).abs().max() / want.abs().max())
         want = torch.einsum("krd,kr->d", w[:, 2], z)
         got = SUM[:D] if mode == "fused" else SUM[: k * D].view(k, D).sum(0)
         return float((got - want).abs().max() / want.abs().max())
@@ -147,6 +153,8 @@ def main(argv=None) -> list[dict]:
     ap.add_argument("--dim", type=int, default=2048)
     ap.add_argument("--ffn", type=int, default=1024, help="F / lanes: a lane's W1/W3 rows")
     ap.add_argument("--programs", type=int, default=396, help="132 SMs x 3, as the monokernel")
+    ap.add_argument("--rf", type=int, default=4, help="a fused task's rows of W1 (and of W3, and columns of W2)")
+    ap.add_argument("--warps", type=int, default=4)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--modes", default=",".join(MODES))
     args = ap.parse_args(argv)
