@@ -70,7 +70,7 @@ def bytes_per_token(ck, pos: int) -> int:
     """What one decode step must read: every streamed weight, one embedding row, the norm scales,
     and the KV cache up to `pos` (keys and values of every layer and lane)."""
     es = ESIZE[ck.schedule.dtype]
-    weights = sum(t.weight_numel for t in ck.schedule.tasks) * es
+    weights = sum(t.weight.numel for t in ck.schedule.tasks if t.weight) * es
     emb_row = ck.buffers.EMB.shape[-1] * es if ck.buffers.EMB.dim() == 2 else 0
     kv = 0
     for op in ck.schedule.ops:

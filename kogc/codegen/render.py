@@ -34,8 +34,6 @@ def render(schedule: Schedule, kernel_name: str = KERNEL_NAME, interpret: bool =
         raise SchedulerError(f"parallel_waits uses tensor atomics with acquire semantics, which Triton 3.6 "
                              f"gets wrong on {schedule.target.name}; use the default (one event at a time)")
     ll = cfg.ll_act
-    if ll and cfg.fused_mlp:
-        raise SchedulerError("fused_mlp with ll_act is not supported: the MLP's last task writes plain activations")
     if ll:
         check_flagged_layout(schedule)
     return _ENV.get_template("monokernel.py.j2").render(
@@ -54,7 +52,6 @@ def render(schedule: Schedule, kernel_name: str = KERNEL_NAME, interpret: bool =
         final_norm_lanes=next((v[2] for v in schedule.variants if v[0] == "final_norm"), 1),
         attn_preload=cfg.attn_preload, hoist=cfg.hoist_operands, attn_pipeline=cfg.attn_pipeline,
         attn_last_combines=cfg.attn_last_combines, arrive_base=len(schedule.events),
-        arrive="arrive" in schedule.layout.sizes, mlp=any(v[0] == "mlp" for v in schedule.variants),
         attn_prefetch_asm="" if interpret else attn_prefetch,
         row_prefetch_asm=schedule.target.l2_prefetch_asm if ahead and not interpret else "",
         row_lines=row_lines(schedule.row_width), parallel_waits=cfg.parallel_waits,
@@ -98,16 +95,13 @@ def check_flagged_layout(schedule: Schedule) -> None:
 
 
 def weight_alignment(schedule: Schedule) -> int:
-    return _pow2_divisor(w.numel for t in schedule.tasks for w in t.weight_tiles)
+    return _pow2_divisor(t.weight.numel for t in schedule.tasks if t.weight)
 
 
 def activation_alignment(schedule: Schedule) -> int:
-    """The common power of two of every vector offset in matvec and fused-MLP tasks' arguments."""
-    return _pow2_divisor([v for t in schedule.tasks if t.kind == "matvec"
-                          for v in (t.args[T.A_X], t.args[T.A_X2], t.args[T.A_OUT], t.args[T.A_H])]
-                         + [v for t in schedule.tasks if t.kind == "mlp"
-                            for v in (t.args[T.A_X], t.args[T.A_X2], t.args[T.A_OUT], t.args[T.A_H],
-                                      t.args[T.A_RES_OUT], t.args[T.A_SLOT])])
+    """The common power of two of every vector offset in matvec tasks' arguments."""
+    return _pow2_divisor(v for t in schedule.tasks if t.kind == "matvec"
+                         for v in (t.args[T.A_X], t.args[T.A_X2], t.args[T.A_OUT], t.args[T.A_H]))
 
 
 def attention_prefetch_asm(schedule: Schedule) -> str:

@@ -67,13 +67,15 @@ def pack_weights(schedule: Schedule, weights: dict[str, torch.Tensor], device) -
     for p, q in enumerate(schedule.queues):
         at = int(offsets[p])
         for tid in q:
-            for w in schedule.tasks[tid].weight_tiles:
-                if w.param not in host:
-                    host[w.param] = weights[w.param].detach().to("cpu", dtype)
-                src = host[w.param][w.lane] if w.lane >= 0 else host[w.param]
-                tile = src.t()[w.row0:w.row0 + w.rows] if w.transposed else src[w.row0:w.row0 + w.rows]
-                stream[at:at + w.numel] = tile.reshape(-1)
-                at += w.numel
+            w = schedule.tasks[tid].weight
+            if w is None:
+                continue
+            if w.param not in host:
+                host[w.param] = weights[w.param].detach().to("cpu", dtype)
+            src = host[w.param]
+            tile = (src[w.lane] if w.lane >= 0 else src)[w.row0:w.row0 + w.rows]
+            stream[at:at + w.numel] = tile.reshape(-1)
+            at += w.numel
     return stream.to(device), torch.tensor(offsets, dtype=torch.int64, device=device)
 
 
@@ -121,5 +123,5 @@ def allocate(schedule: Schedule, weights: dict[str, torch.Tensor], device, profi
 def task_weight_offsets(schedule: Schedule) -> np.ndarray:
     """Where each entry of the (single) task list starts in the weight stream: the list's weights
     are packed in its order, so a task's offset is the sum of the tiles before it."""
-    sizes = [schedule.tasks[tid].weight_numel for tid in schedule.queues[0]]
+    sizes = [schedule.tasks[tid].weight.numel if schedule.tasks[tid].weight else 0 for tid in schedule.queues[0]]
     return np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)

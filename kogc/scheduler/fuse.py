@@ -220,39 +220,3 @@ def _walk_users(n: Node, users, depth: int = 3):
 
 def is_pow2(x: int) -> bool:
     return x > 0 and (x & (x - 1)) == 0
-
-
-def fold_mlp(graph: Graph, ops: list[FusedOp]) -> list[FusedOp]:
-    """The MLP as one fused op: W2 (silu-mul prologue, residual epilogue) with the two rmsnorm matvecs
-    that make its input (W1, W3) folded in. Its tasks take rows of W1 and W3 and the matching columns
-    of W2 (TileConfig.fused_mlp): the W2 part sums over those columns only, into an fp32 partial of all
-    of W2's outputs; the last task to arrive applies W2's epilogue (tile.py, the kernel's _mlp). One
-    phase and one hop per layer fewer than W1/W3 then W2. SchedulerError if the graph has no such MLP
-    or W1/W3's outputs have other users (they are no longer stored)."""
-    by, users = graph.by_name(), graph.users()
-    at = {op.node: op for op in ops}
-    folded: dict[str, FusedOp] = {}      # W2's node -> the MLP op
-    dropped: set[str] = set()             # W1's and W3's nodes
-    for op in ops:
-        p = op.p
-        if op.kind != "matvec" or p.get("prologue") != SILU_MUL or p.get("epilogue") != RESIDUAL:
-            continue
-        w1, w3 = at.get(p["x"]), at.get(p["x2"])
-        if w1 is None or w3 is None or any(
-                w.kind != "matvec" or w.p["prologue"] != RMSNORM or w.p["epilogue"] != STORE or w.lanes != op.lanes
-                for w in (w1, w3)):
-            raise SchedulerError(f"fused_mlp: W2 at {op.node} ({op.source}) does not read two rmsnorm matvecs")
-        if (w1.p["x"], w1.p["g"], w1.p["eps"]) != (w3.p["x"], w3.p["g"], w3.p["eps"]):
-            raise SchedulerError(f"fused_mlp: {w1.node} and {w3.node} normalise different inputs ({op.source})")
-        for w in (w1, w3):
-            if len(users[w.node]) != 1:
-                raise SchedulerError(f"fused_mlp: {w.node} ({w.source}) has users besides the MLP: "
-                                     f"{', '.join(u.name for u in users[w.node])}")
-        dropped.update((w1.node, w3.node))
-        q = {"w1": w1.p["w"], "w3": w3.p["w"], "w2": p["w"], "x": w1.p["x"], "g": w1.p["g"], "eps": w1.p["eps"],
-             "d": w1.p["k"], "f": w1.p["n"], "out": p["out"], "h": p["h"], "res_out": p["res_out"],
-             "own_coef": p["own_coef"], "terms": p["terms"]}
-        folded[op.node] = FusedOp("mlp", op.node, op.lanes, q, op.source, op.layer)
-    if not folded:
-        raise SchedulerError("fused_mlp: no MLP (rmsnorm W1/W3 -> silu-mul -> W2 with a residual) in this model")
-    return [folded.get(op.node, op) for op in ops if op.node not in dropped]

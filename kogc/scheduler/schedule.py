@@ -14,7 +14,7 @@ from ..targets import Target
 from .check import check_dynamic, check_schedule, prune_by_program_order
 from .deps import Event, derive, merge_events
 from .errors import SchedulerError
-from .fuse import FusedOp, fold_mlp, fuse
+from .fuse import FusedOp, fuse
 from .place import bytes_model_seconds, place_parallel, place_sequential
 from .tasks import NARGS, Task
 from .tile import ESIZE, Layout, TileConfig, tile
@@ -87,7 +87,7 @@ class Schedule:
         return table, np.array([len(q) for q in self.queues], dtype=np.int32)
 
     def weight_elems_per_program(self) -> list[int]:
-        return [sum(self.tasks[t].weight_numel for t in q) for q in self.queues]
+        return [sum(self.tasks[t].weight.numel for t in q if self.tasks[t].weight) for q in self.queues]
 
     def report(self) -> str:
         es = ESIZE[self.dtype]
@@ -124,8 +124,6 @@ class Schedule:
                        "layer": t.layer, "args": t.args, "publish": t.group, "waits": t.waits,
                        "weight": None if t.weight is None else [t.weight.param, t.weight.lane, t.weight.row0,
                                                                  t.weight.rows, t.weight.cols],
-                       "more_weights": [[w.param, w.lane, w.row0, w.rows, w.cols, w.transposed]
-                                        for w in t.more_weights],
                        "cost_bytes": t.cost_bytes} for t in self.tasks],
             "layout": {k: list(v) for k, v in self.layout.slots.items()}, "sizes": self.layout.sizes,
         })
@@ -140,8 +138,6 @@ def build_schedule(graph: Graph, target: Target, placement: str = "parallel",
     timings = {}
     t0 = time.perf_counter()
     ops = fuse(graph)
-    if cfg.fused_mlp:
-        ops = fold_mlp(graph, ops)
     tasks, layout = tile(graph, ops, cfg)
     timings["tile"] = time.perf_counter() - t0
     t0 = time.perf_counter()

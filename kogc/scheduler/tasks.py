@@ -35,7 +35,6 @@ class WeightTile:
     row0: int
     rows: int
     cols: int
-    transposed: bool = False    # rows row0.. of the weight's transpose: its columns, packed as rows
 
     @property
     def numel(self) -> int:
@@ -54,22 +53,12 @@ class Task:
     writes: list[Region]
     weight: WeightTile | None = None
     cost_bytes: int = 0
-    more_weights: tuple[WeightTile, ...] = ()                    # further tiles, packed right after weight
     group: int = -1                 # the event it publishes to
     waits: list[tuple[int, int]] = field(default_factory=list)   # (event, tasks needed per step)
     deps: list[int] = field(default_factory=list)                # exact producers the waits must cover
     ll_deps: list[int] = field(default_factory=list)             # exact producers of flagged data (LL reads:
                                                                  # the read itself waits, no counter needed)
     ll_groups: list[int] = field(default_factory=list)           # their events (placement's readiness only)
-
-    @property
-    def weight_tiles(self) -> tuple[WeightTile, ...]:
-        """Every tile the task streams, in packing order."""
-        return ((self.weight,) if self.weight else ()) + self.more_weights
-
-    @property
-    def weight_numel(self) -> int:
-        return sum(w.numel for w in self.weight_tiles)
 
     @property
     def all_deps(self) -> list[int]:

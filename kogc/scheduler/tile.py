@@ -101,9 +101,6 @@ class TileConfig:
                                       # store and the release fence, after the acquire emptied L1), and
                                       # the first wait's event and count with the number of waits.
                                       # Measured -1%; with kv_evict_first -2.2% / -3.7% (1024 / 4096)
-    fused_mlp: int = 0                # the MLP as one phase (fuse.fold_mlp): this many rows of W1 and of W3
-                                      # and columns of W2 per task, W2's output summed in fp32 by atomics,
-                                      # the last task to arrive applies the residual (0: W1/W3, then W2)
     ll_act: bool = False              # activations as NCCL's LL protocol: each 8-byte word holds 4 bytes of
                                       # data and the step's epoch; a reader polls the data itself (one L2
                                       # round trip per hop, no counter) and a producer read only that way
@@ -133,9 +130,8 @@ def tile(graph: Graph, ops: list[FusedOp], cfg: TileConfig) -> tuple[list[Task],
     lay = Layout()
     tasks: list[Task] = []
 
-    def new(variant, op, lane, args, reads, writes, weight=None, cost=0, more_weights=()):
-        tasks.append(Task(len(tasks), variant, op.node, lane, op.layer, args, reads, writes, weight, cost,
-                          more_weights=more_weights))
+    def new(variant, op, lane, args, reads, writes, weight=None, cost=0):
+        tasks.append(Task(len(tasks), variant, op.node, lane, op.layer, args, reads, writes, weight, cost))
 
     def val(name):  # allocate a stored activation
         t = by[name].type
@@ -161,8 +157,6 @@ def tile(graph: Graph, ops: list[FusedOp], cfg: TileConfig) -> tuple[list[Task],
             _tile_matvec(op, by, lay, val, new, cfg, es, lanes_of)
         elif op.kind == "attention":
             _tile_attention(op, by, lay, val, new, cfg, es, lanes_of)
-        elif op.kind == "mlp":
-            _tile_mlp(op, by, lay, val, new, cfg, es, lanes_of)
         elif op.kind == "residual":
             d = by[p["out"]].type.shape[0]
             val(p["out"])
@@ -258,44 +252,6 @@ def _tile_matvec(op, by, lay, val, new, cfg, es, lanes_of):
                 writes += [Region("f32", base + t, base + t + 1), Region("f32", base + nparts + t, base + nparts + t + 1)]
             w = WeightTile(wname, l if by[p["w"]].type.lanes else -1, r0, rows, K)
             new(variant, op, l, a, reads, writes, w, cost=rows * K * es + K * es)
-
-
-def _tile_mlp(op, by, lay, val, new, cfg, es, lanes_of):
-    """The MLP as one phase (fuse.fold_mlp): a task per RF = cfg.fused_mlp rows of W1 and W3, with the
-    matching RF columns of W2 packed as rows after them. Each adds its fp32 share of W2's output into
-    the (lane's) partial sum; the last of the F / RF to arrive (a counter) applies W2's residual
-    epilogue to all D outputs and zeroes the sum for the next step. Any task may be the last, so every
-    task declares the epilogue's reads and writes: W2's consumers wait for all of them."""
-    p = op.p
-    D, F, RF = p["d"], p["f"], cfg.fused_mlp
-    _pow2(D, "hidden size", op)
-    _pow2(RF, "fused_mlp rows", op)
-    if F % RF:
-        raise SchedulerError(f"fused_mlp {RF} does not divide the {F} W1/W3 rows per lane at {op.node} ({op.source})")
-    if len(p["terms"]) > 1:
-        _too_many(op)
-    term = p["terms"][0] if p["terms"] else None
-    val(p["out"])
-    val(p["res_out"])
-    lay.alloc(f"{op.node}.partial", "f32", D, op.lanes)
-    lay.alloc(f"{op.node}.arrive", "arrive", 1, op.lanes)
-    L = max(op.lanes, 1)
-    names = [by[p[w]].attrs["name"] for w in ("w1", "w3", "w2")]
-    for l in lanes_of(op):
-        a = _args({A_X: lay.at(p["x"], l), A_X2: lay.at(p["g"], l), A_EPS: f32_bits(p["eps"]),
-                   A_OUT: lay.at(p["out"], l), A_H: lay.at(p["h"], l), A_RES_OUT: lay.at(p["res_out"], l),
-                   A_OWN_COEF: f32_bits(p["own_coef"]), A_SLOT: lay.at(f"{op.node}.partial", l),
-                   A_CACHE: lay.at(f"{op.node}.arrive", l), A_ROW0: F // RF})
-        reads = [lay.region(p["x"], l, 0, D), lay.region(p["h"], l, 0, D)]
-        if term is not None:
-            reads += _term_reads(term, l, L, lay, 0, D)
-            a = _term_args(a, term, l, lay, 0)
-        writes = [lay.region(p["out"], l, 0, D), lay.region(p["res_out"], l, 0, D)]
-        for r0 in range(0, F, RF):
-            w1, w3, w2 = (WeightTile(n, l if by[p[w]].type.lanes else -1, r0, RF, D, transposed=w == "w2")
-                          for n, w in zip(names, ("w1", "w3", "w2")))
-            new(("mlp", RF, D, op.lanes), op, l, list(a), reads, writes, w1, cost=3 * RF * D * es + D * es,
-                more_weights=(w3, w2))
 
 
 def _prologue_kind(p, cfg) -> str:
