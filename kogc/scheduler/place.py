@@ -20,7 +20,7 @@ def bytes_model_seconds(task: Task, bytes_per_s_per_program: float) -> float:
 
 
 def place_parallel(tasks: list[Task], events: list[Event], num_programs: int,
-                   bytes_per_s_per_program: float, lane_stagger: float = 0.0,
+                   bytes_per_s_per_program: float, lane_stagger: float = 0.0, lane_group_stagger: float = 0.0,
                    task_seconds: list[float] | None = None, wait_latency_s: float = 0.0,
                    order: list[int] | None = None) -> tuple[list[list[int]], float]:
     """Queues for `num_programs` programs, and the estimated makespan in seconds.
@@ -35,6 +35,9 @@ def place_parallel(tasks: list[Task], events: list[Event], num_programs: int,
     `lane_stagger` > 0 ranks lane l's tasks as if they came l * lane_stagger fused ops later, so the
     lanes (independent within a layer when the delay is >= 1) run out of phase: while one lane
     waits for its attention, others stream their matvecs.
+
+    `lane_group_stagger` ranks the upper half of the lanes this many fused ops later: two groups of
+    lanes out of phase (one streams its MLP while the other's attention and Wo wait on each other).
 
     `task_seconds` (per task id) replaces the bytes model, e.g. with a profile's measured durations;
     `wait_latency_s` is added between a producer's end and its consumer's readiness (publish to
@@ -54,7 +57,9 @@ def place_parallel(tasks: list[Task], events: list[Event], num_programs: int,
     op_rank: dict[str, int] = {}
     for t in tasks:
         op_rank.setdefault(t.op, len(op_rank))
-    prio = [(op_rank[t.op] + lane_stagger * max(t.lane, 0), t.id) for t in tasks]
+    upper = (max((t.lane for t in tasks), default=0) + 1) // 2
+    prio = [(op_rank[t.op] + lane_stagger * max(t.lane, 0) + (lane_group_stagger if t.lane >= upper > 0 else 0.0),
+             t.id) for t in tasks]
     later: list[tuple[float, int]] = [(0.0, t.id) for t in tasks if pending[t.id] == 0]   # by ready time
     heapq.heapify(later)
     now_ready: list[tuple[float, int]] = []                                              # by priority
@@ -73,6 +78,9 @@ def place_parallel(tasks: list[Task], events: list[Event], num_programs: int,
                 heapq.heappush(now_ready, prio[heapq.heappop(later)[1]])
         tid = heapq.heappop(now_ready)[1]
         t = tasks[tid]
+        f = max(f, ready_at[tid])     # a task taken from the ready set may be ready later than this
+                                      # program is free (when the set was filled by a program that
+                                      # waited for the soonest one): it starts when it is ready
         if task_seconds is not None:
             end = f + task_seconds[tid]
         else:

@@ -155,11 +155,13 @@ def build_schedule(graph: Graph, target: Target, placement: str = "parallel",
         grid = (num_programs or 1) if cfg.dynamic else 0
     elif placement == "parallel":
         P = num_programs or target.num_programs
-        if task_seconds is None and cfg.kind_us:
-            task_seconds = kind_seconds(tasks, cfg.kind_us, target.hbm_read_bw / P)
+        kind_us = placement_kind_us(cfg, target)
+        if task_seconds is None and kind_us:
+            task_seconds = kind_seconds(tasks, kind_us, target.hbm_read_bw / P)
         order: list[int] = []
         queues, est = place_parallel(tasks, events, P, target.hbm_read_bw / P, cfg.lane_stagger,
-                                     task_seconds, wait_latency_s or cfg.place_latency_us * 1e-6, order)
+                                     cfg.lane_group_stagger, task_seconds,
+                                     wait_latency_s or cfg.place_latency_us * 1e-6, order)
         if cfg.dynamic:           # one list in the placement's start order; programs take tasks by ticket
             queues, grid = [order], P
     else:
@@ -180,8 +182,24 @@ def build_schedule(graph: Graph, target: Target, placement: str = "parallel",
                     grid=grid)
 
 
+def placement_kind_us(cfg: TileConfig, target: Target) -> dict:
+    """The per-kind times placement uses: the config's (a profile of this model), else the target's
+    measured ones where they apply (the 32 KB tiles they were measured with), else none (bytes)."""
+    if cfg.kind_us is not None:
+        return cfg.kind_us
+    return dict(target.kind_us) if cfg.tile_bytes == REFERENCE_TILE_BYTES else {}
+
+
+REFERENCE_TILE_BYTES = 32 * 1024
+REFERENCE_ATTENTION_BYTES = 2 * 64 * 128 * 2     # a split of 64 positions, head_dim 128, 16-bit cache
+
+
 def kind_seconds(tasks: list[Task], kind_us: dict, bytes_per_s_per_program: float) -> list[float]:
-    """Per task: the measured time of its kind (TileConfig.kind_us, microseconds), or for a kind not
-    listed the bytes model's estimate."""
-    return [kind_us[t.kind_key] * 1e-6 if t.kind_key in kind_us
+    """Per task: the measured time of its kind (microseconds), or for a kind not listed the bytes
+    model's estimate. Attention scales with its bytes past the reference split (longer contexts walk
+    more cache rows per split; the target's figure is for 64 positions of head_dim 128)."""
+    def us(t: Task) -> float:
+        scale = max(1.0, t.cost_bytes / REFERENCE_ATTENTION_BYTES) if t.kind == "attention" else 1.0
+        return kind_us[t.kind_key] * scale
+    return [us(t) * 1e-6 if t.kind_key in kind_us
             else bytes_model_seconds(t, bytes_per_s_per_program) for t in tasks]

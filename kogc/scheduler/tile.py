@@ -59,6 +59,10 @@ class TileConfig:
                                       # query heads per KV head), else reduce
     attn_cost_scale: float = 1.0      # the cost model's attention bytes x this (measured slower per byte than a matvec)
     lane_stagger: float = 0.0         # placement: rank lane l's tasks l * this fused ops later (lanes out of phase)
+    lane_group_stagger: float = 2.0   # placement: rank the upper half of the lanes this many fused ops later:
+                                      # two lane groups out of phase, one streaming its MLP while the other
+                                      # waits through attention (with the target's kind_us and a 1 us hop:
+                                      # -4.5% on laneformer-2b at context 1024; 3 ops: -3.7%)
     elem_block: int = 2048            # rows per elementwise task
     cost_context: int = 1024          # context length the cost model assumes for attention
     l2_prefetch: int = 0              # bytes of the program's weight stream a matvec asks L2 for ahead of
@@ -66,8 +70,10 @@ class TileConfig:
     read_ahead: bool = False          # read the task table one task ahead: the next variant in a register,
                                       # the next row's lines asked of L2, a task's arguments before its waits
     kind_us: dict | None = None       # placement cost model: measured microseconds per task of each kind
-                                      # (a profile's "matvec/rmsnorm/store": 2.7, ...); others: bytes
-    place_latency_us: float = 0.0     # placement: publish-to-acquire latency between producer and consumer
+                                      # (a profile's "matvec/rmsnorm/store": 2.7, ...); others: bytes.
+                                      # None: the target's measured ones (Target.kind_us) with 32 KB
+                                      # tiles; {}: the bytes model only
+    place_latency_us: float = 1.0     # placement: publish-to-acquire latency between producer and consumer
     parallel_waits: bool = False      # a task with several waits issues all its acquire loads at once (one
                                       # round trip, not one per event); tensor atomics: refused on MI300X
     attn_pv: str = "fp16"             # with dot attention, probabilities x V: "fp16" (p rounded to a 16-bit
