@@ -34,6 +34,7 @@ def window_replay(schedule, dur: list[float], window: int, latency_us: float, pr
     groups = [sorted({tasks[d].group for d in t.all_deps}) for t in tasks]
     left = [len(e.tasks) for e in events]           # producers not yet ended, per event
     done_at = [0.0] * len(events)
+    only_on = [None] * len(events)                   # the one program all of an event's producers ran on, or -1
     if shared is not None:
         one = list(shared)
         pending = [one] * len(schedule.queues)       # the same list object: a start removes for all
@@ -58,7 +59,8 @@ def window_replay(schedule, dur: list[float], window: int, latency_us: float, pr
                     if left[g]:
                         watchers.setdefault(g, set()).add(p)
                 continue
-            ready = max((done_at[g] + latency_us for g in groups[tid]), default=0.0)
+            # (a program's own earlier writes need no hop: the in-order kernel prunes those waits)
+            ready = max((done_at[g] + (0.0 if only_on[g] == p else latency_us) for g in groups[tid]), default=0.0)
             start = max(now, ready) + (probe_us if i else 0.0)
             if best is None or start < best[0]:
                 best = (start, tid)
@@ -82,6 +84,7 @@ def window_replay(schedule, dur: list[float], window: int, latency_us: float, pr
             g = tasks[tid].group
             left[g] -= 1
             done_at[g] = max(done_at[g], now)
+            only_on[g] = p if only_on[g] in (None, p) else -1
             if left[g] == 0:
                 for q in watchers.pop(g, ()):
                     if not busy[q]:
