@@ -8,10 +8,13 @@ costs `probe_us` more (the polls of the tasks ahead of it). window 1 is today's 
 
 An event-driven replay with each task's measured duration (a profile's per-task times) and a fixed
 publish-to-acquire latency; tasks wait for their exact producers' events (no program-order pruning,
-which a reordering queue could not use as is). The placement is today's, made for in-order queues.
+which a reordering queue could not use as is). The placement is the config's, made for in-order
+queues. (performance-notes.md's figures replayed the sixth session's placement, before the seventh
+session changed the defaults; the per-task times are keyed by task id, which placement does not change.)
 
     python scripts/window_replay.py --task-times docs/results/2026-11-30-task-times-2b-1024-s6.npz \
-        [--windows 1,2,3,4,8] [--latency-us 1] [--probe-us 0,0.5,1] [--tile-config JSON]
+        [--windows 1,2,3,4,8] [--latency-us 1] [--probe-us 0,0.5,1] [--tile-config JSON] \
+        [--shared [--stagger-us 10]]
 """
 from __future__ import annotations
 
@@ -156,8 +159,8 @@ def main(argv=None) -> list[dict]:
                 continue
             us, _ = window_replay(schedule, dur, w, args.latency_us, probe, by_start if args.shared else None)
             rows.append({"window": w, "probe_us": probe, "shared": args.shared, "replay_us": us})
-            print(f"{'shared ' if args.shared else ''}window {w}, probe {probe:g} us: {us:.1f} us ({(us - in_order) / in_order:+.1%} vs in order)",
-                  flush=True)
+            print(f"{'shared ' if args.shared else ''}window {w}, probe {probe:g} us: {us:.1f} us "
+                  f"({(us - in_order) / in_order:+.1%} vs in order)", flush=True)
     if os.environ.get("OUT"):
         with open(os.path.join(os.environ["OUT"], "window_replay.json"), "w") as f:
             json.dump(rows, f, indent=1)

@@ -182,16 +182,16 @@ def build_schedule(graph: Graph, target: Target, placement: str = "parallel",
                     grid=grid)
 
 
+REFERENCE_TILE_BYTES = 32 * 1024                 # the tiles Target.kind_us was measured with
+REFERENCE_ATTENTION_BYTES = 2 * 64 * 128 * 2     # a split of 64 positions, head_dim 128, 16-bit cache
+
+
 def placement_kind_us(cfg: TileConfig, target: Target) -> dict:
     """The per-kind times placement uses: the config's (a profile of this model), else the target's
     measured ones where they apply (the 32 KB tiles they were measured with), else none (bytes)."""
     if cfg.kind_us is not None:
         return cfg.kind_us
     return dict(target.kind_us) if cfg.tile_bytes == REFERENCE_TILE_BYTES else {}
-
-
-REFERENCE_TILE_BYTES = 32 * 1024
-REFERENCE_ATTENTION_BYTES = 2 * 64 * 128 * 2     # a split of 64 positions, head_dim 128, 16-bit cache
 
 
 def kind_seconds(tasks: list[Task], kind_us: dict, bytes_per_s_per_program: float) -> list[float]:

@@ -15,7 +15,8 @@ H200 = Target(
     ll_store_asm="st.volatile.global.b64 [$1], $2; mov.u32 $0, 0;",
     # each kind's mean body (after its waits) in the sixth session's profile of laneformer-2b at context
     # 1024 (docs/results/2026-11-30-task-times-2b-1024-s6.npz); placing with them, a 1 us hop and the
-    # lane groups out of phase measured -6.4% against the bytes model (docs/benchmarks.md, seventh session)
+    # lane groups out of phase: 1.561 / 1.552 -> 1.461 ms against the bytes model (docs/benchmarks.md,
+    # seventh session)
     kind_us=(("embed", 3.0), ("matvec/rmsnorm/rope_store", 1.96), ("matvec/rmsnorm/rope_cache", 2.15),
              ("matvec/rmsnorm/cache", 2.0), ("attention", 5.48), ("matvec/attn_combine/store", 6.86),
              ("residual", 6.04), ("matvec/rmsnorm/store", 2.2), ("matvec/silu_mul/store", 2.97),
