@@ -61,6 +61,10 @@ def test_profile_summary_from_timestamps():
     assert abs(s["per_kind"]["attention"]["body_us_mean"] - 2.0) < 1e-9
     assert 0 < s["busy_share_min"] <= s["busy_share_mean"] <= 1
     assert "attention" in format_summary(s)
+    # the kind means, ready for TileConfig.kind_us (the placement's cost model for this model)
+    assert s["kind_us"]["attention"] == 2.0 and set(s["kind_us"]) == set(s["per_kind"])
+    line = format_summary(s).splitlines()[-1]
+    assert _json.loads(line.split("--tile-config '")[1].rstrip("'")) == {"kind_us": s["kind_us"]}
     import tempfile
     with tempfile.NamedTemporaryFile(suffix=".json") as f:
         chrome_trace(ck, f.name)

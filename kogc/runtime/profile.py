@@ -74,7 +74,10 @@ def summarize_times(schedule, ids: np.ndarray, ts: np.ndarray) -> dict:
                     "operands": float(((ts[js, 3] - ts[js, 1]) / 1e3).mean()),      # after the waits -> loaded
                     "compute": float(((ts[js, 4] - ts[js, 3]) / 1e3).mean()),       # -> stores issued
                     "publish": float(((ts[js, 2] - ts[js, 4]) / 1e3).mean())}       # barrier, fence, release
-    return {"span_us": float(span), "tasks": len(ids), "per_kind": per_kind,
+    # each kind's mean body as the placement's cost model for this model (TileConfig.kind_us; the
+    # target's default table is laneformer-2b's at context 1024)
+    kind_us = {k: round(v["body_us_mean"], 2) for k, v in per_kind.items()}
+    return {"span_us": float(span), "tasks": len(ids), "per_kind": per_kind, "kind_us": kind_us,
             "busy_share_mean": float(np.mean(busy)), "busy_share_min": float(np.min(busy)),
             "wait_share_mean": float(wait.sum() / (span * len(busy))),
             "blocked_us_per_program": float(blocked.sum() / len(busy)),
@@ -99,6 +102,8 @@ def format_summary(s: dict) -> str:
         lines.append(f"{'matvec body (detail)':34} {'operands':>9} {'compute':>8} {'publish':>8}   (us, mean)")
         for k, d in detail.items():
             lines.append(f"{k:34} {d['operands']:9.2f} {d['compute']:8.2f} {d['publish']:8.2f}")
+    if "kind_us" in s:
+        lines.append("placement with these body times: --tile-config '" + json.dumps({"kind_us": s["kind_us"]}) + "'")
     return "\n".join(lines)
 
 
