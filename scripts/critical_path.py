@@ -183,7 +183,8 @@ def main(argv=None) -> dict:
             task_us[int(tid)] = (t2 - t1) / 1e3
         from kogc.runtime.profile import format_summary, summarize_times
         print(format_summary(summarize_times(schedule, data["ids"], data["ts"])), flush=True)
-    total = sum(task_us) if task_us else sum(body_us[kind_key(t)] for t in schedule.tasks)
+    dur = task_us if task_us is not None else [body_us[kind_key(t)] for t in schedule.tasks]
+    total = sum(dur)
     span = summary.get("span_us")
     if args.task_times:     # the span of the run the per-task times come from, not the summary's
         span = float(data["ts"][:, 2].max() - data["ts"][:, 0].min()) / 1e3
@@ -198,7 +199,6 @@ def main(argv=None) -> dict:
         res["rows"].append({"latency_us": lat, "as_scheduled_us": sched, "data_only_us": chain})
         print(f"{lat:10.2f} | {sched:31.1f} | {chain:24.1f}", flush=True)
     if args.chain:
-        dur = task_us if task_us is not None else [body_us[kind_key(t)] for t in schedule.tasks]
         lat = float(args.latency_us.split(",")[0])
         res["chain"] = c = chain_composition(schedule, dur, lat)
         print(f"the chain at {lat} us per hop: {c['chain_us']:.1f} us = {c['hops']} hops ({c['hop_us_total']:.1f} us) "
@@ -206,14 +206,14 @@ def main(argv=None) -> dict:
         for k, v in c["per_kind"].items():
             print(f"  {k:34} {v['tasks']:4d} tasks {v['us']:8.1f} us (mean {v['us'] / v['tasks']:.2f})")
     if args.fold_mlp:
-        dur = task_us if task_us is not None else [body_us[kind_key(t)] for t in schedule.tasks]
+        extras = [float(x) for x in args.fold_mlp.split(",")]
+        placed = {x: fold_mlp_schedule(schedule, dur, x) for x in extras}     # the placement has no hop latency
         res["fold_mlp"] = []
-        for lat in (float(x) for x in args.latency_us.split(",")):
-            chain, _ = longest_path(schedule, body_us, lat, False, task_us)
-            sched, _ = longest_path(schedule, body_us, lat, True, task_us)
-            for extra in (float(x) for x in args.fold_mlp.split(",")):
+        for row in res["rows"]:
+            lat, chain, sched = row["latency_us"], row["data_only_us"], row["as_scheduled_us"]
+            for extra in extras:
                 f = fold_mlp_chain(schedule, dur, lat, extra)
-                fs, fdur = fold_mlp_schedule(schedule, dur, extra)
+                fs, fdur = placed[extra]
                 fsched, _ = longest_path(fs, None, lat, True, fdur)
                 res["fold_mlp"].append({"latency_us": lat, "extra_us": extra, "chain_us": chain, "folded_us": f,
                                         "as_scheduled_us": sched, "folded_as_scheduled_us": fsched})

@@ -24,7 +24,7 @@ import os
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path[:0] = [os.path.join(ROOT, "examples"), ROOT, os.path.dirname(os.path.abspath(__file__))]
+sys.path[:0] = [os.path.join(ROOT, "examples"), ROOT]
 
 
 def window_replay(schedule, dur: list[float], window: int, latency_us: float, probe_us: float,
@@ -113,12 +113,10 @@ def window_replay(schedule, dur: list[float], window: int, latency_us: float, pr
 
 
 def main(argv=None) -> list[dict]:
-    import json
-
     import numpy as np
 
     import laneformer as lf
-    from critical_path import longest_path
+    from kogc.bench.measure import write_result
     from kogc.frontend import to_ir
     from kogc.scheduler import TileConfig, build_schedule
     from kogc.scheduler.tile import tile_config_from_json
@@ -145,13 +143,12 @@ def main(argv=None) -> list[dict]:
     for tid, (_, t1, t2) in zip(data["ids"], data["ts"][:, :3]):
         dur[int(tid)] = (t2 - t1) / 1e3
     span = float(data["ts"][:, 2].max() - data["ts"][:, 0].min()) / 1e3
-    in_order, _ = longest_path(schedule, None, args.latency_us, True, dur)
-    _, starts = window_replay(schedule, dur, 1, args.latency_us, 0.0)
+    in_order, starts = window_replay(schedule, dur, 1, args.latency_us, 0.0)    # today's kernel
     lanes = max(t.lane for t in schedule.tasks) + 1
     half = lambda t: args.stagger_us if schedule.tasks[t].lane >= lanes // 2 else 0.0  # noqa: E731
     by_start = sorted(range(len(dur)), key=lambda t: (starts[t] + half(t), t))     # the shared list's order
-    print(f"measured span {span:.1f} us; in-order replay (pruned waits, critical_path.py) {in_order:.1f} us; "
-          f"balance {sum(dur) / len(schedule.queues):.1f} us; hop {args.latency_us:g} us")
+    print(f"measured span {span:.1f} us; in-order replay (window 1, as critical_path.py replays it) "
+          f"{in_order:.1f} us; balance {sum(dur) / len(schedule.queues):.1f} us; hop {args.latency_us:g} us")
     rows = []
     for w in (int(x) for x in args.windows.split(",")):
         for probe in (float(x) for x in args.probe_us.split(",")):
@@ -161,9 +158,7 @@ def main(argv=None) -> list[dict]:
             rows.append({"window": w, "probe_us": probe, "shared": args.shared, "replay_us": us})
             print(f"{'shared ' if args.shared else ''}window {w}, probe {probe:g} us: {us:.1f} us "
                   f"({(us - in_order) / in_order:+.1%} vs in order)", flush=True)
-    if os.environ.get("OUT"):
-        with open(os.path.join(os.environ["OUT"], "window_replay.json"), "w") as f:
-            json.dump(rows, f, indent=1)
+    write_result("window_replay.json", rows)
     return rows
 
 
