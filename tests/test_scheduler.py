@@ -339,26 +339,18 @@ def test_placement_estimate_is_its_own_replay(tasks, num_programs, latency, data
     assert makespan == pytest.approx(_replay_in_order(tasks, events, queues, secs, latency), rel=1e-9)
 
 
-@pytest.mark.parametrize("groups", [2, 4])
-def test_lane_groups_out_of_phase(graphs, groups):
-    # lane_group_stagger ranks lane group k (of lane_groups, in lane order) k offsets later: with a
-    # large offset and one program, every op's tasks of a lower group are placed before those of a
-    # higher group once both are ready (2 groups of 4 lanes: lanes 0-1 and 2-3; 4 groups: one lane each)
+def test_lane_groups_out_of_phase(graphs):
+    # lane_group_stagger ranks the upper half of the lanes later: with a large offset and one program,
+    # every op's lower-lane tasks are placed before its upper-lane tasks once both are ready
     import dataclasses
-    cfg = dataclasses.replace(CFG, lane_group_stagger=1000.0, lane_groups=groups)
-    s = build_schedule(graphs(4), H200, "parallel", cfg, num_programs=1)
+    s = build_schedule(graphs(4), H200, "parallel", dataclasses.replace(CFG, lane_group_stagger=1000.0),
+                       num_programs=1)
     check_schedule(s.tasks, s.events, s.queues)
     pos = {tid: i for i, tid in enumerate(s.queues[0])}
     for op in {t.op for t in s.tasks if t.lane >= 0 and t.layer == 1}:
-        by_group = [[pos[t.id] for t in s.tasks if t.op == op and t.lane * groups // 4 == k] for k in range(groups)]
-        for lower, upper in zip(by_group, by_group[1:]):
-            assert max(lower) < min(upper), op
-
-
-def test_lane_groups_must_be_positive(graphs):
-    import dataclasses
-    with pytest.raises(ValueError, match="lane_groups must be at least 1"):
-        build_schedule(graphs(2), H200, "parallel", dataclasses.replace(CFG, lane_groups=0), num_programs=2)
+        lower = [pos[t.id] for t in s.tasks if t.op == op and t.lane < 2]
+        upper = [pos[t.id] for t in s.tasks if t.op == op and t.lane >= 2]
+        assert max(lower) < min(upper), op
 
 
 def test_target_kind_times_apply_to_their_tile_size(graphs):

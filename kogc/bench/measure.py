@@ -57,9 +57,17 @@ def time_steps(run, steps: int, reps: int, device: str, warmup: int = 3) -> list
     return out
 
 
-def read_bandwidth(gib: int = 2, reps: int = 10) -> float:
-    """HBM read bandwidth in bytes/s: a reduction over `gib` GiB of random fp16 (median of reps)."""
+def read_bandwidth(gib: int = 2, reps: int = 20, warm_s: float = 0.3) -> float:
+    """HBM read bandwidth in bytes/s: a reduction over `gib` GiB of random fp16 (median of reps),
+    after `warm_s` seconds of the same reduction. One lent machine read 3.89 TB/s at the start of
+    one run and 4.12-4.19 TB/s in the runs around it (2026-11-30); the floor, and every "of floor"
+    figure, moved with it. Warming first (an idle GPU's clocks are low) and twice the reps read
+    4.191 TB/s twice in a row there."""
     x = torch.randn(gib * 2**29, device="cuda", dtype=torch.float16)
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < warm_s:
+        x.sum(dtype=torch.float32)
+        torch.cuda.synchronize()
     ms = time_steps(lambda i: x.sum(dtype=torch.float32), 1, reps, "cuda", warmup=1)
     x = None   # free the 2 GiB before the caller allocates
     torch.cuda.empty_cache()

@@ -21,7 +21,7 @@ def bytes_model_seconds(task: Task, bytes_per_s_per_program: float) -> float:
 
 def place_parallel(tasks: list[Task], events: list[Event], num_programs: int,
                    bytes_per_s_per_program: float, lane_stagger: float = 0.0, lane_group_stagger: float = 0.0,
-                   lane_groups: int = 2, task_seconds: list[float] | None = None, wait_latency_s: float = 0.0,
+                   task_seconds: list[float] | None = None, wait_latency_s: float = 0.0,
                    order: list[int] | None = None) -> tuple[list[list[int]], float]:
     """Queues for `num_programs` programs, and the estimated makespan in seconds.
 
@@ -38,14 +38,11 @@ def place_parallel(tasks: list[Task], events: list[Event], num_programs: int,
 
     `lane_group_stagger` ranks the upper half of the lanes this many fused ops later: two groups of
     lanes out of phase (one streams its MLP while the other's attention and Wo wait on each other).
-    With `lane_groups` = g, lanes split into g groups in lane order, group k ranked k times that.
 
     `task_seconds` (per task id) replaces the bytes model, e.g. with a profile's measured durations;
     `wait_latency_s` is added between a producer's end and its consumer's readiness (publish to
     acquire). `order`, if given, receives every task id in the order placed (start times never
     decrease: a topological order, the global list of a dynamic placement)."""
-    if lane_groups < 1:
-        raise ValueError(f"lane_groups must be at least 1, got {lane_groups}")
     n = len(tasks)
     waiters: dict[int, list[int]] = {}
     pending = [0] * n
@@ -60,10 +57,9 @@ def place_parallel(tasks: list[Task], events: list[Event], num_programs: int,
     op_rank: dict[str, int] = {}
     for t in tasks:
         op_rank.setdefault(t.op, len(op_rank))
-    nlanes = max((t.lane for t in tasks), default=0) + 1
-    firsts = [k * nlanes // lane_groups for k in range(1, lane_groups)]     # each group's first lane
-    prio = [(op_rank[t.op] + lane_stagger * max(t.lane, 0)
-             + lane_group_stagger * sum(t.lane >= f > 0 for f in firsts), t.id) for t in tasks]
+    upper = (max((t.lane for t in tasks), default=0) + 1) // 2
+    prio = [(op_rank[t.op] + lane_stagger * max(t.lane, 0) + (lane_group_stagger if t.lane >= upper > 0 else 0.0),
+             t.id) for t in tasks]
     later: list[tuple[float, int]] = [(0.0, t.id) for t in tasks if pending[t.id] == 0]   # by ready time
     heapq.heapify(later)
     now_ready: list[tuple[float, int]] = []                                              # by priority

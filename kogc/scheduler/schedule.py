@@ -160,7 +160,7 @@ def build_schedule(graph: Graph, target: Target, placement: str = "parallel",
             task_seconds = kind_seconds(tasks, kind_us, target.hbm_read_bw / P)
         order: list[int] = []
         queues, est = place_parallel(tasks, events, P, target.hbm_read_bw / P, cfg.lane_stagger,
-                                     cfg.lane_group_stagger, cfg.lane_groups, task_seconds,
+                                     cfg.lane_group_stagger, task_seconds,
                                      wait_latency_s or cfg.place_latency_us * 1e-6, order)
         if cfg.dynamic:           # one list in the placement's start order; programs take tasks by ticket
             queues, grid = [order], P

@@ -63,8 +63,6 @@ class TileConfig:
                                       # two lane groups out of phase, one streaming its MLP while the other
                                       # waits through attention (with the target's kind_us and a 1 us hop:
                                       # 1.529 -> 1.461 ms, -4.4%, on laneformer-2b at context 1024; 3 ops -3.7%)
-    lane_groups: int = 2              # placement: lanes in this many groups, group k ranked k * lane_group_stagger
-                                      # fused ops later
     elem_block: int = 2048            # rows per elementwise task
     cost_context: int = 1024          # context length the cost model assumes for attention
     l2_prefetch: int = 0              # bytes of the program's weight stream a matvec asks L2 for ahead of
@@ -191,8 +189,7 @@ def tile(graph: Graph, ops: list[FusedOp], cfg: TileConfig) -> tuple[list[Task],
         elif op.kind == "argmax":
             part = lay.slots[f"{p['logits']}.argmax"]
             nparts = part[2] // 2
-            blk = min(2048, next_pow2(nparts))     # a running best per element: two blocks of values in
-                                                   # flight, 2 x 16 per thread
+            blk = min(2048, next_pow2(nparts))     # a running best per element: 2 x 16 values per thread
             logits = by[p["logits"]].type.shape[0]
             args = _args({A_X: part[1], A_ROW0: nparts, A_X2: lay.at(p["logits"], -1), A_H: logits})
             reads = [Region("f32", part[1], part[1] + 2 * nparts), lay.region(p["logits"], -1, 0, logits)]
