@@ -80,3 +80,32 @@ def test_folded_mlp_schedule_runs_without_w2():
     assert sorted(x for q in fs.queues for x in q) == list(range(len(fs.tasks)))
     total, _ = cp.longest_path(fs, None, 0.5, True, fdur)
     assert total >= sum(fdur) / len(fs.queues)
+
+
+def test_replay_with_overheads():
+    # no overheads: the in-order replay with the notify as the hop latency; overheads only delay, and
+    # a program's tasks take at least the sum of their overheads and bodies
+    s = _schedule("parallel", num_programs=8)
+    dur = [1.0 + (t.id % 5) * 0.25 for t in s.tasks]
+    plain, _ = cp.longest_path(s, None, 0.5, queues=True, task_us=dur)
+    assert abs(cp.replay_with_overheads(s, dur, [0.0] * len(dur), 0.5) - plain) < 1e-9
+    over = [1.5 if t.waits else 0.25 for t in s.tasks]
+    slower = cp.replay_with_overheads(s, dur, over, 0.5)
+    assert slower > plain
+    assert slower >= max(sum(dur[t] + over[t] for t in q) for q in s.queues)
+
+
+def test_measured_overheads_are_the_wait_segments_of_ready_tasks():
+    # one queue, every task started after the previous one ended: nothing was blocked, so each task's
+    # overhead is its group's (kind, has waits) median wait segment, here the one given to all of them
+    import numpy as np
+    s = _schedule("sequential")
+    ids, rows, t = [], [], 0
+    for tid in s.queues[0]:
+        seg = 1500 if s.tasks[tid].waits else 200      # ns
+        rows.append([t, t + seg, t + seg + 1000])
+        ids.append(tid)
+        t += seg + 1000
+    over, notify = cp.measured_overheads(s, np.array(ids), np.array(rows, dtype=np.int64))
+    assert all(abs(over[t.id] - (1.5 if t.waits else 0.2)) < 1e-9 for t in s.tasks)
+    assert notify == 0.0

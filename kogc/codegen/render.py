@@ -49,6 +49,7 @@ def render(schedule: Schedule, kernel_name: str = KERNEL_NAME, interpret: bool =
         kalign=attention_alignment(schedule), prefetch_asm=schedule.target.l2_prefetch_asm,
         prefetch_elems=prefetch_elements(schedule), line_elems=128 // ESIZE[schedule.dtype],
         table_ahead=ahead, header_ahead=cfg.header_ahead,
+        wait_hdr="wn, wev, wneed, " if ahead else "",     # a task's waits read a task ahead (read_ahead)
         final_norm_lanes=next((v[2] for v in schedule.variants if v[0] == "final_norm"), 1),
         attn_preload=cfg.attn_preload, hoist=cfg.hoist_operands, attn_pipeline=cfg.attn_pipeline,
         attn_last_combines=cfg.attn_last_combines, arrive_base=len(schedule.events),

@@ -67,8 +67,10 @@ class TileConfig:
     cost_context: int = 1024          # context length the cost model assumes for attention
     l2_prefetch: int = 0              # bytes of the program's weight stream a matvec asks L2 for ahead of
                                       # its own tile (0: off; needs a target with a prefetch instruction)
-    read_ahead: bool = False          # read the task table one task ahead: the next variant in a register,
-                                      # the next row's lines asked of L2, a task's arguments before its waits
+    read_ahead: bool = False          # read the task table one task ahead: the next variant, number of
+                                      # waits and first wait in registers (its acquire then needs no table
+                                      # round trip first), the next row's lines asked of L2, a task's
+                                      # arguments before its waits
     kind_us: dict | None = None       # placement cost model: measured microseconds per task of each kind
                                       # (a profile's "matvec/rmsnorm/store": 2.7, ...); others: bytes.
                                       # None: the target's measured ones (Target.kind_us) with 32 KB
