@@ -1,0 +1,89 @@
+"""No GPU needed: where a lane's layer spends its time, from a profile's per-task stamps. For each
+(lane, layer) the five phases of a layer (QKV, attention, Wo, W1/W3, W2) each span from the previous
+phase's last end to their own last end; averaged over lanes and the inner layers, with when the
+phase's last task started its body and when its median task ended (both after the previous phase's
+end: a late last body with an early median is a straggler tail, queued behind other tasks).
+
+    python scripts/layer_phases.py --task-times docs/results/2026-11-30-task-times-2b-1024-s8.npz [--preset laneformer-2b] [--tile-config JSON]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections import defaultdict
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path[:0] = [os.path.join(ROOT, "examples"), ROOT]
+
+from kogc.runtime.profile import kind_key  # noqa: E402
+
+# task kind (profile.kind_key) -> the phase of a layer it belongs to
+PHASE_OF = {"matvec/rmsnorm/rope_store": "QKV", "matvec/rmsnorm/rope_cache": "QKV", "matvec/rmsnorm/cache": "QKV",
+            "attention": "attention", "matvec/attn_combine/residual": "Wo", "matvec/attn_combine/store": "Wo",
+            "matvec/rmsnorm/store": "W1/W3", "matvec/silu_mul/residual": "W2", "matvec/silu_mul/store": "W2"}
+PHASES = ("QKV", "attention", "Wo", "W1/W3", "W2")
+
+
+def layer_phases(schedule, ids: np.ndarray, ts: np.ndarray) -> list[dict]:
+    """One row per phase: tasks per (lane, layer), mean span, mean body, and the last task's body start
+    and the median task's end after the previous phase's last end (us; layers 1 .. last-1)."""
+    rows_of = defaultdict(list)
+    for j, tid in enumerate(ids):
+        t = schedule.tasks[int(tid)]
+        phase = PHASE_OF.get(kind_key(t))
+        if phase is not None and t.layer is not None:
+            rows_of[(t.lane, t.layer, phase)].append(j)
+    layers = sorted({layer for _, layer, _ in rows_of})
+    lanes = sorted({lane for lane, _, _ in rows_of})
+    acc = {p: defaultdict(list) for p in PHASES}
+    us = ts / 1e3
+    for lane in lanes:
+        for layer in layers[1:-1]:
+            prev = us[rows_of[(lane, layer - 1, "W2")], 2].max()
+            for p in PHASES:
+                js = rows_of[(lane, layer, p)]
+                ends = us[js, 2]
+                last = js[int(np.argmax(ends))]
+                a = acc[p]
+                a["tasks"].append(len(js))
+                a["span"].append(ends.max() - prev)
+                a["body"].append(float((us[js, 2] - us[js, 1]).mean()))
+                a["last_body_start"].append(us[last, 1] - prev)
+                a["median_end"].append(float(np.median(ends)) - prev)
+                prev = ends.max()
+    return [{"phase": p, **{k: float(np.mean(v)) for k, v in acc[p].items()}} for p in PHASES]
+
+
+def main(argv=None) -> list[dict]:
+    import laneformer as lf
+
+    from kogc.frontend import to_ir
+    from kogc.scheduler import TileConfig, build_schedule
+    from kogc.scheduler.tile import tile_config_from_json
+    from kogc.targets import get_target
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--task-times", required=True, help=".npz of per-task stamps (scripts/sweep.py with \"profile\": true)")
+    ap.add_argument("--preset", default="laneformer-2b")
+    ap.add_argument("--tile-config", help="JSON of TileConfig fields the profiled kernel was compiled with")
+    args = ap.parse_args(argv)
+    cfg = tile_config_from_json(args.tile_config) if args.tile_config else TileConfig()
+    schedule = build_schedule(to_ir(lf.kogc_model(args.preset, seed=0)), get_target("h200"), "parallel", cfg)
+    data = np.load(args.task_times)
+    if len(data["ids"]) != len(schedule.tasks):
+        raise SystemExit(f"{args.task_times} has {len(data['ids'])} tasks, this schedule {len(schedule.tasks)}: "
+                         f"not the same preset and settings")
+    rows = layer_phases(schedule, data["ids"], data["ts"])
+    print("| phase | tasks per lane | span us | mean body us | last body starts (us after the previous "
+          "phase) | median task ends (us after) |\n|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['phase']} | {r['tasks']:.0f} | {r['span']:.1f} | {r['body']:.2f} | {r['last_body_start']:.1f} "
+              f"| {r['median_end']:.1f} |")
+    print(f"| layer | | {sum(r['span'] for r in rows):.1f} | | | |")
+    return rows
+
+
+if __name__ == "__main__":
+    main()
