@@ -15,11 +15,17 @@ W @ x, storing them and publishing (barrier, release add), under one of these wa
 - early: a relaxed load of the next task's counter is issued during this task; at the next task's
          start, if it already saw the count, one `fence.acq_rel.gpu` (a relaxed read then a fence is an
          acquire pattern in PTX's memory model) instead of the acquire round trip; else it spins.
+         (ptxas makes the fence MEMBAR.ALL.GPU + CCTL.IVALL: the release's fence, ~0.5 us in the kernel);
+- ahead: every thread acquires the next task's counter during this task, after this task's loads
+         are out (an acquire orders only what comes after it) and before its compute; the next task
+         spins only if someone saw it short. Sound for the next task's operands only if they bypass
+         L1 (`.cg`, as here in every mode): this task's loads, in flight across that acquire's L1
+         invalidation, may fill L1 with lines the next task's producers had not yet written.
 
 Prints us per task for each mode and program count (the launch over --tasks tasks, minus the same
 launch over 2, over --tasks - 2), and checks every mode's output against torch.
 
-    python scripts/probe_wait.py [--programs 132,396] [--tasks 200] [--modes none,table,reg,each,early]   # GPU
+    python scripts/probe_wait.py [--programs 132,396] [--tasks 200] [--modes none,table,reg,each,early,ahead]  # GPU
     TRITON_INTERPRET=1 python scripts/probe_wait.py --programs 2 --tasks 3 --reps 1                   # CPU
 """
 from __future__ import annotations
@@ -34,7 +40,7 @@ import triton.language as tl
 from kogc.bench.measure import write_result
 
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
-MODES = ("none", "table", "reg", "each", "early")
+MODES = ("none", "table", "reg", "each", "early", "ahead")
 ROW = 32            # ints per table row, as the kernel's (the event at 2, the count at 3 here)
 NEV = 64            # counters the tasks wait on, round robin (all complete before the launch)
 
@@ -87,7 +93,10 @@ def ready_waits(W, X, TABLE, CNT, OUT, PUB, ERR, ntasks, limit, MODE: tl.constex
     k = tl.arange(0, K)
     one = tl.arange(0, NT) * 0          # NT >= the program's threads: one element per thread
     first = pid * ntasks
-    pre = _relaxed_each(CNT + (first % NEVS) + one, ASM)      # early: task 0's counter
+    if MODE == "ahead":
+        pre = _acquire_each(CNT + (first % NEVS) + one, ASM)  # task 0's counter
+    else:
+        pre = _relaxed_each(CNT + (first % NEVS) + one, ASM)  # early: task 0's counter
     j = 0
     while j < ntasks:
         t = first + j
@@ -107,7 +116,12 @@ def ready_waits(W, X, TABLE, CNT, OUT, PUB, ERR, ntasks, limit, MODE: tl.constex
             else:
                 _spin(CNT, ERR, t % NEVS, 1, limit)
             pre = _relaxed_each(CNT + ((t + 1) % NEVS) + one, ASM)     # the next task's, during this one
-        x = tl.load(X + k).to(tl.float32)
+        elif MODE == "ahead":
+            if tl.min(pre, 0) < 1:
+                _spin(CNT, ERR, t % NEVS, 1, limit)
+        x = tl.load(X + k, cache_modifier=".cg").to(tl.float32)
+        if MODE == "ahead":
+            pre = _acquire_each(CNT + ((t + 1) % NEVS) + one, ASM)     # the next task's: this one's loads are out
         tl.store(OUT + t * R + r, tl.sum(w.to(tl.float32) * x[None, :], 1))
         tl.debug_barrier()                                      # every thread's stores are done ...
         tl.atomic_add(PUB + pid, 1, sem="release", scope="gpu")  # ... then the publish

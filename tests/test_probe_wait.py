@@ -33,7 +33,9 @@ sys.stdout.write(k.asm["ptx"])
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(probe_wait.__file__), env.get("PYTHONPATH", "")])
     ptx = {m: subprocess.run([sys.executable, "-c", code, m], env=env, capture_output=True, text=True,
-                             check=True).stdout for m in ("none", "each", "early")}
+                             check=True).stdout for m in ("none", "each", "early", "ahead")}
     assert not re.search(r"\.acquire|fence", ptx["none"])
     assert "ld.global.acquire.gpu.b32" in ptx["each"]
     assert "ld.global.relaxed.gpu.b32" in ptx["early"] and "fence.acq_rel.gpu" in ptx["early"]
+    assert "ld.global.acquire.gpu.b32" in ptx["ahead"] and "fence" not in ptx["ahead"]
+    assert all("ld.global.cg" in p for p in ptx.values())      # the operand bypasses L1 in every mode
