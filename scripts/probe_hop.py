@@ -28,7 +28,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kogc.bench.measure import write_result
+from kogc.bench.measure import time_once, write_result
 
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 
@@ -160,16 +160,7 @@ def run(protocol: str, n: int, hops: int, programs: int, device: str, limit: int
                                       max(streamers, 1), ASM=not INTERPRET,
                                       NP=max(n, threads), **common)
         final = lambda: buf & 0xFFFFFFFF  # noqa: E731
-    if device == "cuda":
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        launch()
-        end.record()
-        torch.cuda.synchronize()
-        secs = start.elapsed_time(end) / 1e3
-    else:
-        launch()
-        secs = float("nan")
+    secs = time_once(launch, device)
     ok = bool((final() == hops).all())
     return secs, ok, int(err.item())
 

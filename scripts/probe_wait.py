@@ -37,7 +37,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kogc.bench.measure import write_result
+from kogc.bench.measure import time_once, write_result
 
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 MODES = ("none", "table", "reg", "each", "early", "ahead")
@@ -46,19 +46,13 @@ NEV = 64            # counters the tasks wait on, round robin (all complete befo
 
 
 @triton.jit
-def _acquire_each(ptrs, ASM: tl.constexpr):
+def _load_each(ptrs, SEM: tl.constexpr, ASM: tl.constexpr):
+    """Every thread loads its own copy of the counters at `ptrs`: SEM "acquire" or "relaxed" (gpu scope)."""
     if ASM:
-        return tl.inline_asm_elementwise("ld.global.acquire.gpu.b32 $0, [$1];", "=r,l", [ptrs], dtype=tl.int32,
+        return tl.inline_asm_elementwise("ld.global." + SEM + ".gpu.b32 $0, [$1];", "=r,l", [ptrs], dtype=tl.int32,
                                          is_pure=False, pack=1)
-    else:
+    elif SEM == "acquire":
         return tl.atomic_add(ptrs, tl.zeros(ptrs.shape, tl.int32), sem="acquire", scope="gpu")
-
-
-@triton.jit
-def _relaxed_each(ptrs, ASM: tl.constexpr):
-    if ASM:
-        return tl.inline_asm_elementwise("ld.global.relaxed.gpu.b32 $0, [$1];", "=r,l", [ptrs], dtype=tl.int32,
-                                         is_pure=False, pack=1)
     else:
         return tl.load(ptrs, volatile=True)
 
@@ -94,9 +88,9 @@ def ready_waits(W, X, TABLE, CNT, OUT, PUB, ERR, ntasks, limit, MODE: tl.constex
     one = tl.arange(0, NT) * 0          # NT >= the program's threads: one element per thread
     first = pid * ntasks
     if MODE == "ahead":
-        pre = _acquire_each(CNT + (first % NEVS) + one, ASM)  # task 0's counter
+        pre = _load_each(CNT + (first % NEVS) + one, "acquire", ASM)  # task 0's counter
     else:
-        pre = _relaxed_each(CNT + (first % NEVS) + one, ASM)  # early: task 0's counter
+        pre = _load_each(CNT + (first % NEVS) + one, "relaxed", ASM)  # early: task 0's counter
     j = 0
     while j < ntasks:
         t = first + j
@@ -107,7 +101,7 @@ def ready_waits(W, X, TABLE, CNT, OUT, PUB, ERR, ntasks, limit, MODE: tl.constex
         elif MODE == "reg":
             _spin(CNT, ERR, t % NEVS, 1, limit)
         elif MODE == "each":
-            seen = _acquire_each(CNT + (t % NEVS) + one, ASM)
+            seen = _load_each(CNT + (t % NEVS) + one, "acquire", ASM)
             if tl.min(seen, 0) < 1:
                 _spin(CNT, ERR, t % NEVS, 1, limit)
         elif MODE == "early":
@@ -115,13 +109,13 @@ def ready_waits(W, X, TABLE, CNT, OUT, PUB, ERR, ntasks, limit, MODE: tl.constex
                 pre = _fence(pre, ASM)
             else:
                 _spin(CNT, ERR, t % NEVS, 1, limit)
-            pre = _relaxed_each(CNT + ((t + 1) % NEVS) + one, ASM)     # the next task's, during this one
+            pre = _load_each(CNT + ((t + 1) % NEVS) + one, "relaxed", ASM)     # the next task's, during this one
         elif MODE == "ahead":
             if tl.min(pre, 0) < 1:
                 _spin(CNT, ERR, t % NEVS, 1, limit)
         x = tl.load(X + k, cache_modifier=".cg").to(tl.float32)
         if MODE == "ahead":
-            pre = _acquire_each(CNT + ((t + 1) % NEVS) + one, ASM)     # the next task's: this one's loads are out
+            pre = _load_each(CNT + ((t + 1) % NEVS) + one, "acquire", ASM)     # the next task's: this one's loads are out
         tl.store(OUT + t * R + r, tl.sum(w.to(tl.float32) * x[None, :], 1))
         tl.debug_barrier()                                      # every thread's stores are done ...
         tl.atomic_add(PUB + pid, 1, sem="release", scope="gpu")  # ... then the publish
@@ -141,16 +135,7 @@ def run(mode: str, programs: int, ntasks: int, w: torch.Tensor, x: torch.Tensor,
     err = torch.zeros(1, dtype=torch.int32, device=dev)
     launch = lambda: ready_waits[(programs,)](w, x, table, cnt, out, pub, err, ntasks, limit, MODE=mode,  # noqa
                                               R=rows, K=k, ROWW=ROW, NEVS=NEV, NT=128, ASM=not INTERPRET)
-    if dev.type == "cuda":
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        launch()
-        b.record()
-        torch.cuda.synchronize()
-        secs = a.elapsed_time(b) / 1e3
-    else:
-        launch()
-        secs = float("nan")
+    secs = time_once(launch, dev.type)
     n = programs * ntasks
     ref = (w[: n * rows].float() @ x.float())
     ok = bool(torch.allclose(out, ref, rtol=1e-3, atol=1e-2)) and bool((pub == ntasks).all())

@@ -34,6 +34,20 @@ def write_result(name: str, obj, default=None) -> None:
             json.dump(obj, f, indent=1, default=default)
 
 
+def time_once(launch, device: str) -> float:
+    """Seconds of one call of `launch` between device events on a GPU; runs it and gives nan on CPU
+    (the probes' launches, whose time per unit is a difference of two such launches)."""
+    if device != "cuda":
+        launch()
+        return float("nan")
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    launch()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / 1e3
+
+
 def time_steps(run, steps: int, reps: int, device: str, warmup: int = 3) -> list[float]:
     """ms per step of `run(i)` over `steps` consecutive calls, `reps` times (device events on GPU)."""
     for i in range(warmup):
