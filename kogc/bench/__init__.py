@@ -4,7 +4,8 @@ Rows: kogc; PyTorch eager with a static KV cache; the whole step in ONE CUDA gra
 torch.compile(max-autotune-no-cudagraphs) + one CUDA graph; the CUDA graph of the model with its KV
 cache trimmed to the positions the bench uses (`cuda_graph_trim`: a static-shape step otherwise
 attends over the whole max_position_embeddings; this is the fairer graph baseline); and the floor (bytes that must be read
-per token over the HBM read bandwidth measured in the same run). Timing: warm-up, then device events
+per token over the HBM read bandwidth measured in the same run: the higher of two readings, one before
+kogc's row and one after the baselines). Timing: warm-up, then device events
 around `steps` consecutive steps at positions context.., `reps` repetitions, median and spread.
 """
 from __future__ import annotations
@@ -54,7 +55,7 @@ def run_bench(model_file: str, preset: str | None, context: int = 1024, steps: i
             buf[:, :, :context].copy_(torch.randn(buf[:, :, :context].shape, generator=gen).to(buf.dtype))
     fill_kv_from(ck, model)
     rows: list[Row] = []
-    bw = None if interpret else read_bandwidth()
+    readings = [] if interpret else [read_bandwidth()]
     floor_bytes = bytes_per_token(ck, context + steps // 2)
 
     _progress(f"timing kogc ({steps} steps x {reps})", quiet)
@@ -91,7 +92,14 @@ def run_bench(model_file: str, preset: str | None, context: int = 1024, steps: i
             _progress(f"{name}: {rows[-1].ms} ms/token", quiet)
         except Exception as e:  # a baseline that cannot run is reported, not fatal
             rows.append(Row(name, [], error=f"{type(e).__name__}: {str(e)[:200]}"))
+    if readings:
+        # a second reading after the baselines: one machine read 3.89-4.19 TB/s within a session, and
+        # the floor takes the higher of the two (the bar is against what the machine can do)
+        torch.cuda.empty_cache()
+        readings.append(read_bandwidth())
+    bw = max(readings, default=None)
     result = {"config": cfg, "floor": {"bytes_per_token": floor_bytes, "read_bw_Bps": bw,
+                                       "read_bw_readings_Bps": readings,
                                        "ms": floor_bytes / bw * 1e3 if bw else None},
               "rows": [r.to_dict(floor_bytes) for r in rows], "seconds": time.perf_counter() - t0}
     if prof is not None:
@@ -112,7 +120,8 @@ def format_table(res: dict) -> str:
     lines = [f"{c['preset']} context {c['context']}, {c['steps']} steps x {c['reps']} reps on {c['device']} "
              f"({c['date']})",
              f"floor: {res['floor']['bytes_per_token'] / 1e9:.3f} GB per token"
-             + (f" at {res['floor']['read_bw_Bps'] / 1e12:.2f} TB/s measured read bandwidth = {floor_ms:.3f} ms "
+             + (f" at {res['floor']['read_bw_Bps'] / 1e12:.2f} TB/s measured read bandwidth"
+                + _readings(res["floor"]) + f" = {floor_ms:.3f} ms "
                 f"({1e3 / floor_ms:.0f} tok/s)" if floor_ms else " (no bandwidth on CPU)"),
              f"{'stack':28} {'ms/token':>9} {'spread':>15} {'tok/s':>9} {'TB/s':>6} {'vs graph':>8} {'of floor':>8}"]
     for r in rows:
@@ -129,6 +138,12 @@ def format_table(res: dict) -> str:
     if "profile" in res:
         lines.append(res["profile"]["text"])
     return "\n".join(lines)
+
+
+def _readings(floor: dict) -> str:
+    """' (the higher of a, b TB/s)' when the run read the bandwidth more than once."""
+    r = floor.get("read_bw_readings_Bps") or []
+    return f" (the higher of {', '.join(f'{x / 1e12:.2f}' for x in r)})" if len(r) > 1 else ""
 
 
 def write_json(res: dict, path: str) -> None:
