@@ -3,7 +3,7 @@
     python scripts/sweep.py --preset laneformer-2b --context 1024 --variants '[{"tile_bytes": 32768}, ...]'
     TRITON_INTERPRET=1 python scripts/sweep.py --preset tiny --context 8,16 --steps 2 --variants '[{}, {"attn_impl": "dot"}]'
 Each variant is a dict of TileConfig fields plus optional "programs_per_unit", "num_warps",
-"max_registers" (ptxas's cap per thread: 3 programs of 4 warps fit an SM at <= 168) and "profile": true (or "detail": matvec bodies split into operands / compute / publish). `--context` takes a comma-separated list: every variant is timed at each.
+"max_registers" (ptxas's cap per thread: 3 programs of 4 warps fit an SM at <= 168) and "profile": true (or "detail": matvec bodies split into operands / compute / publish; with $OUT set, the stamps go to $OUT/task-times-<context>.npz, or task-times-<context>-v<i>.npz for the variant at index i > 0). `--context` takes a comma-separated list: every variant is timed at each.
 Correctness guard: at each context every variant's logits for the same token, position and KV cache
 are compared with eager PyTorch's and with the first variant's (relative error, same argmax), so a
 faster variant that computes something else shows up in the same run.
@@ -65,7 +65,7 @@ def main():
     bw = read_bandwidth() if gpu else float("nan")
     print(f"read bandwidth {bw / 1e12:.2f} TB/s", flush=True)
     results, reference = [], {}
-    for v in json.loads(args.variants):
+    for vi, v in enumerate(json.loads(args.variants)):
         v = dict(v)
         ppu = v.pop("programs_per_unit", H200.programs_per_unit)
         profile = v.pop("profile", False)
@@ -111,9 +111,10 @@ def main():
                 if os.environ.get("OUT"):
                     import numpy as np
                     from kogc.runtime.profile import timestamps
-                    chrome_trace(ck, os.path.join(os.environ["OUT"], f"trace-{context}.json"))
+                    tag = f"{context}-v{vi}" if vi else f"{context}"     # v<index>: the variant's place in the list
+                    chrome_trace(ck, os.path.join(os.environ["OUT"], f"trace-{tag}.json"))
                     ids, ts = timestamps(ck)       # per task: for scripts/critical_path.py --task-times
-                    np.savez_compressed(os.path.join(os.environ["OUT"], f"task-times-{context}.npz"), ids=ids, ts=ts)
+                    np.savez_compressed(os.path.join(os.environ["OUT"], f"task-times-{tag}.npz"), ids=ids, ts=ts)
             print(f"{v} ppu={ppu} context {context}: {med:.3f} ms ({row['tok_per_s']:.0f} tok/s, "
                   f"{row['of_floor']:.0%} of floor), {row['tasks']} tasks, {row['waits']} waits, "
                   f"regs/spills {row['regs_spills']}, vs eager: rel err {rel_eager:.1e}, same token {tok == e_tok}; "

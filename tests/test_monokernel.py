@@ -257,9 +257,9 @@ def test_attention_with_tl_dot_equals_reference():
 
 @pytest.mark.parametrize("impl,dtype", [("reduce", torch.float32), ("dot", torch.float16)])
 def test_read_ahead_and_attention_preload_equal_reference(impl, dtype):
-    # the table read one task ahead, and attention's first block of cache rows loaded before its wait
-    # (all rows but this step's): over enough steps that a split spans several blocks, with the row
-    # `pos` both inside and outside the preloaded block; and with both switched off
+    # the table read one task ahead (with rows padded to whole lines), and attention's first block of
+    # cache rows loaded before its wait (all rows but this step's): over enough steps that a split spans
+    # several blocks, with the row `pos` both inside and outside the preloaded block; and with both off
     import dataclasses
     from kogc.api import INTERPRETER_TILES
     model = tiny(seed=41, num_lanes=2, hidden_size=128, dtype=dtype)          # head_dim 16
@@ -269,8 +269,10 @@ def test_read_ahead_and_attention_preload_equal_reference(impl, dtype):
     cases += [(False, False, pv, True) for pv in pvs]      # attn_pipeline: block i+1 loaded during block i
     for ahead, preload, pv, pipeline in cases:
         cfg = dataclasses.replace(INTERPRETER_TILES, attn_impl=impl, attn_splits=1, attn_block=16,
-                                  read_ahead=ahead, attn_preload=preload, attn_pv=pv, attn_pipeline=pipeline)
+                                  read_ahead=ahead, attn_preload=preload, attn_pv=pv, attn_pipeline=pipeline,
+                                  align_rows=ahead)
         ck = kogc.compile(model, tile_config=cfg)
+        assert ck.schedule.row_width % 32 == 0 or not ahead
         assert ("kt0" in ck.source) == preload           # the preload is in the kernel text or not
         assert ("kn = tl.load" in ck.source) == pipeline
         weights, state = dict(model.named_parameters()), new_state(ck.ir)

@@ -20,6 +20,7 @@ from .tasks import NARGS, Task
 from .tile import ESIZE, Layout, TileConfig, tile
 
 HEADER = 4          # table row: variant, lane, publish event, number of waits; then args, then waits
+ROW_LINE_INTS = 32  # int32 per 128-byte cache line (TileConfig.align_rows)
 
 
 @dataclass
@@ -70,7 +71,10 @@ class Schedule:
 
     @property
     def row_width(self) -> int:
-        return HEADER + NARGS + 2 * max(self.max_waits, 1)
+        width = HEADER + NARGS + 2 * max(self.max_waits, 1)
+        if self.tile_config.align_rows:       # whole 128-byte lines: a row never straddles two
+            width = -(-width // ROW_LINE_INTS) * ROW_LINE_INTS
+        return width
 
     def table(self) -> tuple[np.ndarray, np.ndarray]:
         """The int32 task table [programs, max queue length, row] and each queue's length."""

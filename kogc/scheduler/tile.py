@@ -67,6 +67,10 @@ class TileConfig:
     cost_context: int = 1024          # context length the cost model assumes for attention
     l2_prefetch: int = 0              # bytes of the program's weight stream a matvec asks L2 for ahead of
                                       # its own tile (0: off; needs a target with a prefetch instruction)
+    align_rows: bool = False          # pad each task-table row to whole 128-byte lines: a row of 22-24 ints
+                                      # straddles two lines for about half the tasks, so the first wait's
+                                      # event (near the row's end) can be a second L2 round trip after the
+                                      # header's (the previous task's acquire emptied L1). Not measured
     read_ahead: bool = False          # read the task table one task ahead: the next variant, number of
                                       # waits and first wait in registers (its acquire then needs no table
                                       # round trip first), the next row's lines asked of L2, a task's
