@@ -148,9 +148,10 @@ def test_trimmed_cache_baseline_is_the_same_function():
 
 
 def test_detail_profile_summary_and_kernel(tmp_path):
-    # profile="detail": two more stamps per task (a matvec's operands arrived, its publish began); the
-    # summary splits matvec bodies into operands / compute / publish; other kinds record 0 there. The
-    # kernel with the extra stamps compiles for sm_90 with one more timer read per stamp site
+    # profile="detail": two more stamps per task (a matvec's operands arrived, its publish began; the
+    # final norm's and the argmax's first operands); the summary splits those bodies into operands /
+    # compute / publish; other kinds record 0 there. The kernel with the extra stamps compiles for
+    # sm_90 with one more timer read per stamp site
     import types
 
     import torch
@@ -168,11 +169,13 @@ def test_detail_profile_summary_and_kernel(tmp_path):
     for p, q in enumerate(schedule.queues):      # wait 1 us; then operands 0.5, compute 1, publish 0.5
         for i, tid in enumerate(q):
             s = 1_000_000 + i * 3000
-            detail = schedule.tasks[tid].kind == "matvec"
+            detail = schedule.tasks[tid].kind in ("matvec", "final_norm", "argmax")
             prof[p, i] = torch.tensor([s, s + 1000, s + 3000, s + 1500 if detail else 0, s + 2500 if detail else 0])
     summary = summarize(types.SimpleNamespace(schedule=schedule, buffers=types.SimpleNamespace(PROF=prof)))
     mv = [v for k, v in summary["per_kind"].items() if k.startswith("matvec")]
     assert mv and all(v["detail_us_mean"] == {"operands": 0.5, "compute": 1.0, "publish": 0.5} for v in mv)
+    assert all(summary["per_kind"][k]["detail_us_mean"] == {"operands": 0.5, "compute": 1.0, "publish": 0.5}
+               for k in ("final_norm", "argmax"))
     assert "detail_us_mean" not in summary["per_kind"]["attention"]
     assert "operands" in format_summary(summary)
     (tmp_path / "k.py").write_text(render(schedule))

@@ -65,10 +65,10 @@ def summarize_times(schedule, ids: np.ndarray, ts: np.ndarray) -> dict:
             busy.append(float((seg[:, 2] - seg[:, 1]).sum() / 1e3 / span))
             gaps.append(float(np.maximum(seg[1:, 0] - seg[:-1, 2], 0).sum() / 1e3) if n > 1 else 0.0)
         start += n
-    if ts.shape[1] == 5:    # profile="detail": where a body's time goes (matvecs record all three)
-        for k, js in kinds.items():
+    if ts.shape[1] == 5:    # profile="detail": where a body's time goes (matvecs, the final norm and the
+        for k, js in kinds.items():     # argmax record all three: their first operands, then the rest)
             js = np.array(js)
-            js = js[ts[js, 3] > 0] if k.startswith("matvec") else js[:0]
+            js = js[ts[js, 3] > 0]
             if len(js):
                 per_kind[k]["detail_us_mean"] = {
                     "operands": float(((ts[js, 3] - ts[js, 1]) / 1e3).mean()),      # after the waits -> loaded
