@@ -41,9 +41,11 @@ from kogc.scheduler.tile import tile_config_from_json  # noqa: E402
 from kogc.targets import get_target  # noqa: E402
 
 
-def longest_path(schedule, body_us, latency_us: float, queues: bool, task_us=None) -> tuple[float, dict]:
+def longest_path(schedule, body_us, latency_us: float, queues: bool, task_us=None,
+                 overhead_us=None) -> tuple[float, dict]:
     """End time of the last task (us), and the latest end per task kind. Task durations: task_us[id]
-    if given (measured per task), else body_us[kind]."""
+    if given (measured per task), else body_us[kind]. With queues, overhead_us[id] (if given) is what
+    the task costs its program before its body (see replay_with_overheads)."""
     tasks, events = schedule.tasks, schedule.events
     dur = task_us if task_us is not None else [body_us[kind_key(t)] for t in tasks]
     end = [0.0] * len(tasks)
@@ -53,7 +55,8 @@ def longest_path(schedule, body_us, latency_us: float, queues: bool, task_us=Non
         prog = {tid: p for p, q in enumerate(schedule.queues) for tid in q}
         for tid in run_order(tasks, events, schedule.queues):    # waited events are complete by then
             t = tasks[tid]
-            start = max([last.get(prog[tid], 0.0)] + [done_at[g] + latency_us for g, _ in t.waits]
+            free = last.get(prog[tid], 0.0) + (overhead_us[tid] if overhead_us is not None else 0.0)
+            start = max([free] + [done_at[g] + latency_us for g, _ in t.waits]
                         + [end[d] + latency_us for d in t.ll_deps])     # flagged reads: their producers
             end[tid] = last[prog[tid]] = start + dur[tid]
             done_at[t.group] = max(done_at[t.group], end[tid])
@@ -75,16 +78,8 @@ def replay_with_overheads(schedule, task_us, overhead_us, notify_us: float) -> f
     spends ~1.4-1.5 us between its start and its body when it has a wait (table row, acquire, the
     barriers around it) and ~0.2-0.3 us without; a task that waited resumes ~0.55 us after its
     producer ended. With those the replay of the eighth session's profile is 1,388 us against the
-    1,445 measured (4% short), where `longest_path` (no overheads) gives 1,120 (22% short)."""
-    tasks, events = schedule.tasks, schedule.events
-    end, done_at, last = [0.0] * len(tasks), [0.0] * len(events), {}
-    prog = {tid: p for p, q in enumerate(schedule.queues) for tid in q}
-    for tid in run_order(tasks, events, schedule.queues):
-        t = tasks[tid]
-        ready = max((done_at[g] + notify_us for g, _ in t.waits), default=0.0)
-        end[tid] = last[prog[tid]] = max(last.get(prog[tid], 0.0) + overhead_us[tid], ready) + task_us[tid]
-        done_at[t.group] = max(done_at[t.group], end[tid])
-    return max(end)
+    1,445 measured (4% short), where `longest_path` without overheads gives 1,120 (22% short)."""
+    return longest_path(schedule, None, notify_us, True, task_us, overhead_us)[0]
 
 
 def measured_overheads(schedule, ids, ts) -> tuple[list[float], float]:
@@ -220,21 +215,14 @@ def main(argv=None) -> dict:
         raise SystemExit(f"the profile has no body time for task kinds {sorted(missing)}")
     task_us = None
     if args.task_times:
-        import numpy as np
-        data = np.load(args.task_times)
-        if len(data["ids"]) != len(schedule.tasks):
-            raise SystemExit(f"{args.task_times} has {len(data['ids'])} tasks, this schedule {len(schedule.tasks)}: "
-                             f"not the same preset and settings")
-        task_us = [0.0] * len(schedule.tasks)
-        for tid, (t0, t1, t2) in zip(data["ids"], data["ts"][:, :3]):
-            task_us[int(tid)] = (t2 - t1) / 1e3
-        from kogc.runtime.profile import format_summary, summarize_times
-        print(format_summary(summarize_times(schedule, data["ids"], data["ts"])), flush=True)
+        from kogc.runtime.profile import format_summary, load_stamps, summarize_times
+        ids, ts, task_us = load_stamps(args.task_times, schedule)
+        print(format_summary(summarize_times(schedule, ids, ts)), flush=True)
     dur = task_us if task_us is not None else [body_us[kind_key(t)] for t in schedule.tasks]
     total = sum(dur)
     span = summary.get("span_us")
     if args.task_times:     # the span of the run the per-task times come from, not the summary's
-        span = float(data["ts"][:, 2].max() - data["ts"][:, 0].min()) / 1e3
+        span = float(ts[:, 2].max() - ts[:, 0].min()) / 1e3
     res = {"measured_span_us": span, "balanced_bound_us": total / len(schedule.queues), "rows": []}
     print(f"{args.preset}: {len(schedule.tasks)} tasks on {len(schedule.queues)} programs; measured step span "
           f"(profile) {res['measured_span_us'] or float('nan'):.1f} us; all bodies / programs (perfect balance) "
@@ -248,7 +236,7 @@ def main(argv=None) -> dict:
     if args.overheads:
         if task_us is None:
             raise SystemExit("--overheads needs --task-times")
-        over, notify = measured_overheads(schedule, data["ids"], data["ts"])
+        over, notify = measured_overheads(schedule, ids, ts)
         res["overheads"] = {"notify_us": notify, "as_scheduled_us": replay_with_overheads(schedule, task_us, over,
                                                                                             notify), "what_if": []}
         print(f"with measured overheads (notify {notify:.2f} us): as scheduled "

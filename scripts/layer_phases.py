@@ -18,7 +18,7 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [os.path.join(ROOT, "examples"), ROOT]
 
-from kogc.runtime.profile import kind_key  # noqa: E402
+from kogc.runtime.profile import kind_key, load_stamps  # noqa: E402
 
 # task kind (profile.kind_key) -> the phase of a layer it belongs to
 PHASE_OF = {"matvec/rmsnorm/rope_store": "QKV", "matvec/rmsnorm/rope_cache": "QKV", "matvec/rmsnorm/cache": "QKV",
@@ -71,11 +71,8 @@ def main(argv=None) -> list[dict]:
     args = ap.parse_args(argv)
     cfg = tile_config_from_json(args.tile_config) if args.tile_config else TileConfig()
     schedule = build_schedule(to_ir(lf.kogc_model(args.preset, seed=0)), get_target("h200"), "parallel", cfg)
-    data = np.load(args.task_times)
-    if len(data["ids"]) != len(schedule.tasks):
-        raise SystemExit(f"{args.task_times} has {len(data['ids'])} tasks, this schedule {len(schedule.tasks)}: "
-                         f"not the same preset and settings")
-    rows = layer_phases(schedule, data["ids"], data["ts"])
+    ids, ts, _ = load_stamps(args.task_times, schedule)
+    rows = layer_phases(schedule, ids, ts)
     print("| phase | tasks per lane | span us | mean body us | last body starts (us after the previous "
           "phase) | median task ends (us after) |\n|---|---|---|---|---|---|")
     for r in rows:

@@ -113,11 +113,10 @@ def window_replay(schedule, dur: list[float], window: int, latency_us: float, pr
 
 
 def main(argv=None) -> list[dict]:
-    import numpy as np
-
     import laneformer as lf
     from kogc.bench.measure import write_result
     from kogc.frontend import to_ir
+    from kogc.runtime.profile import load_stamps
     from kogc.scheduler import TileConfig, build_schedule
     from kogc.scheduler.tile import tile_config_from_json
     from kogc.targets import get_target
@@ -136,13 +135,8 @@ def main(argv=None) -> list[dict]:
     cfg = tile_config_from_json(args.tile_config) if args.tile_config else TileConfig()
     schedule = build_schedule(to_ir(lf.kogc_model(args.preset, device="meta", seed=None)), get_target("h200"),
                               "parallel", cfg)
-    data = np.load(args.task_times)
-    if len(data["ids"]) != len(schedule.tasks):
-        raise SystemExit(f"{args.task_times} has {len(data['ids'])} tasks, this schedule {len(schedule.tasks)}")
-    dur = [0.0] * len(schedule.tasks)
-    for tid, (_, t1, t2) in zip(data["ids"], data["ts"][:, :3]):
-        dur[int(tid)] = (t2 - t1) / 1e3
-    span = float(data["ts"][:, 2].max() - data["ts"][:, 0].min()) / 1e3
+    _, ts, dur = load_stamps(args.task_times, schedule)
+    span = float(ts[:, 2].max() - ts[:, 0].min()) / 1e3
     in_order, starts = window_replay(schedule, dur, 1, args.latency_us, 0.0)    # today's kernel
     lanes = max(t.lane for t in schedule.tasks) + 1
     half = lambda t: args.stagger_us if schedule.tasks[t].lane >= lanes // 2 else 0.0  # noqa: E731

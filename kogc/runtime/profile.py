@@ -25,6 +25,21 @@ def timestamps(ck) -> tuple[np.ndarray, np.ndarray]:
     return np.array(ids), np.where(ts > 0, ts - ts[:, 0].min(), 0)     # (0: a stamp this task does not record)
 
 
+def load_stamps(path: str, schedule) -> tuple[np.ndarray, np.ndarray, list[float]]:
+    """A profile's per-task stamps saved by scripts/sweep.py (.npz of ids and ts, as `timestamps`),
+    checked against `schedule` (a mismatch exits with the reason: this is the analysis scripts'
+    loader), and each task's body (after its waits to its end, us) by task id."""
+    data = np.load(path)
+    ids, ts = data["ids"], data["ts"]
+    if len(ids) != len(schedule.tasks):
+        raise SystemExit(f"{path} has {len(ids)} tasks, this schedule {len(schedule.tasks)}: "
+                         f"not the same preset and settings")
+    body = [0.0] * len(schedule.tasks)
+    for tid, row in zip(ids, ts):
+        body[int(tid)] = (row[2] - row[1]) / 1e3
+    return ids, ts, body
+
+
 def summarize(ck) -> dict:
     return summarize_times(ck.schedule, *timestamps(ck))
 
@@ -99,7 +114,7 @@ def format_summary(s: dict) -> str:
                      f"{v['body_us_total']:11.0f}")
     detail = {k: v["detail_us_mean"] for k, v in s["per_kind"].items() if "detail_us_mean" in v}
     if detail:
-        lines.append(f"{'matvec body (detail)':34} {'operands':>9} {'compute':>8} {'publish':>8}   (us, mean)")
+        lines.append(f"{'body (detail)':34} {'operands':>9} {'compute':>8} {'publish':>8}   (us, mean)")
         for k, d in detail.items():
             lines.append(f"{k:34} {d['operands']:9.2f} {d['compute']:8.2f} {d['publish']:8.2f}")
     if "kind_us" in s:
