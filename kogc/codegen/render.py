@@ -46,7 +46,7 @@ def render(schedule: Schedule, kernel_name: str = KERNEL_NAME, interpret: bool =
         num_programs=schedule.num_programs, num_tasks=len(schedule.tasks), variants=schedule.variants,
         nargs=T.NARGS, header=HEADER, A=ARG_NAMES, kernel_name=kernel_name, timer_asm=schedule.target.timer_asm,
         walign=weight_alignment(schedule), aalign=activation_alignment(schedule),
-        kalign=attention_alignment(schedule), prefetch_asm=schedule.target.l2_prefetch_asm,
+        kalign=attention_alignment(schedule), valign=vector_alignment(schedule), prefetch_asm=schedule.target.l2_prefetch_asm,
         prefetch_elems=prefetch_elements(schedule), line_elems=128 // ESIZE[schedule.dtype],
         table_ahead=ahead, header_ahead=cfg.header_ahead,
         wait_hdr="wn, wev, wneed, " if ahead else "",     # a task's waits read a task ahead (read_ahead)
@@ -124,6 +124,25 @@ def prefetch_elements(schedule: Schedule) -> int:
     if nbytes < 128 or not is_pow2(nbytes):
         raise SchedulerError(f"l2_prefetch must be a power of two of at least 128 bytes, got {nbytes}")
     return nbytes // ESIZE[schedule.dtype]
+
+
+VECTOR_KINDS = ("embed", "residual", "final_norm", "argmax")   # bodies over whole vectors (D or a block)
+
+
+def vector_alignment(schedule: Schedule) -> int:
+    """The common power of two of every offset the whole-vector bodies (embed, residual, final norm,
+    argmax) and the residual reads (`_act_row`, also in a matvec's residual epilogue) add to a vector
+    index: their bases, strides and lengths. Without it their loads were 16 bits wide (the final norm's
+    16 per thread per lane vector, one after another)."""
+    vals = []
+    for t in schedule.tasks:
+        a = t.args
+        if t.kind in VECTOR_KINDS:
+            vals += [a[T.A_X], a[T.A_X2], a[T.A_OUT], a[T.A_ROW0], a[T.A_H], a[T.A_TERM], a[T.A_TERM_STRIDE],
+                     t.variant[1]]
+        elif t.kind == "matvec" and t.variant[4] == "residual":
+            vals += [a[T.A_H], a[T.A_TERM], a[T.A_TERM_STRIDE]]
+    return _pow2_divisor(vals)
 
 
 def attention_alignment(schedule: Schedule) -> int:
