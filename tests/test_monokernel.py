@@ -463,6 +463,28 @@ def test_cache_hints_mark_the_streams():
     assert not any("evict" in line for line in no_kv.splitlines() if "tl.load(KV" in line)
 
 
+def test_aot_vector_bodies_load_wide(tmp_path):
+    # the whole-vector bodies (embed, residual, final norm, argmax) load whole vectors: without their
+    # alignment hints (VALIGN) each thread loaded its share 16 bits at a time, so the scalar loads
+    # grew with the hidden size (laneformer-2b's kernel had 534); with them they do not
+    from kogc.codegen.aot import compile_kernel, disassembly_summary
+    from kogc.codegen.render import KERNEL_NAME, render, signature
+    from kogc.frontend import to_ir
+    from kogc.scheduler import build_schedule
+    from kogc.targets import H200
+    bits = {}
+    for d in (512, 1024):
+        model = tiny(num_lanes=2, hidden_size=d, num_attention_heads=4, num_key_value_heads=2, dtype=torch.float16)
+        s = build_schedule(to_ir(model), H200)
+        (tmp_path / f"{d}.py").write_text(render(s))
+        sig, consts = signature(s)
+        arts = compile_kernel(str(tmp_path / f"{d}.py"), KERNEL_NAME, sig, consts, "h200",
+                              str(tmp_path / f"sm_90_{d}"), num_warps=H200.num_warps)
+        bits[d] = disassembly_summary(arts)["ld_global_bits"]
+    assert bits[1024].get(16, 0) <= bits[512].get(16, 0)       # no scalar load per vector element
+    assert bits[1024][128] > 0
+
+
 @pytest.mark.parametrize("overrides", [dict(num_lanes=2, hidden_size=256, dtype=torch.float16),
                                        dict(num_lanes=1, hidden_size=128, intermediate_size=100),
                                        dict(num_lanes=4, hidden_size=64)])
