@@ -42,6 +42,10 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--target", required=True, help="h200 | mi300x")
     c.add_argument("--emit", choices=EMITS, help="print this stage to stdout")
     c.add_argument("--out", help="write the compiled kernel, schedule and report to this directory")
+    c.add_argument("--per-variant", action="store_true",
+                   help="with --out: also compile each task body (code variant) alone and write OUT/variants.txt: "
+                        "registers, spills, global loads by width, barriers per variant (a minute or so for "
+                        "laneformer-2b)")
     b = sub.add_parser("bench", help="time kogc's kernel against eager, one CUDA graph and torch.compile",
                        description="Measure, in one run on the same weights: kogc's monokernel, PyTorch eager "
                                    "(static KV cache), the whole step in one CUDA graph, torch.compile"
@@ -97,8 +101,10 @@ def cmd_compile(args) -> int:
         return _fail(e.args[0])
     if not args.emit and not args.out:
         return _fail("nothing to do: give --emit STAGE or --out DIR")
+    if args.per_variant and not args.out:
+        return _fail("--per-variant writes its binaries and table under --out DIR: give one")
     t0 = time.perf_counter()
-    total = 2 if args.emit in ("ir", "ir-json") else (5 if args.out else 3)
+    total = 2 if args.emit in ("ir", "ir-json") else (5 + args.per_variant if args.out else 3)
     overrides = {"num_lanes": args.lanes} if args.lanes else {}
     # Shapes are all compilation needs: build on the meta device unless a checkpoint is given.
     model = build_model(args.model_file, preset=args.config, checkpoint=args.checkpoint,
@@ -128,7 +134,24 @@ def cmd_compile(args) -> int:
         print(source, end="")
     if args.out:
         write_outputs(args.out, graph, schedule, source, target, t0, total)
+    if args.per_variant:
+        write_variant_table(args.out, schedule, t0, total)
     return 0
+
+
+def write_variant_table(out: str, schedule, t0: float, total: int) -> None:
+    from .codegen.variants import format_variant_table, variant_summaries
+
+    def progress(i, n, v):
+        _progress(total, total, f"compiling code variant {i + 1}/{n} alone: {'/'.join(map(str, v))}", t0)
+    try:
+        rows = variant_summaries(schedule, os.path.join(out, "variants"), progress)
+    except (RuntimeError, ValueError) as e:
+        raise KogcError(f"ahead-of-time compilation of a variant failed: {e}") from None
+    table = format_variant_table(rows)
+    with open(os.path.join(out, "variants.txt"), "w") as f:
+        f.write(table + "\n")
+    print(table)
 
 
 def format_tasks(schedule) -> str:

@@ -19,9 +19,15 @@ _ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(os.path.join(os.path.di
 ARG_NAMES = SimpleNamespace(**{name[2:]: getattr(T, name) for name in dir(T) if name.startswith("A_")})
 
 
-def render(schedule: Schedule, kernel_name: str = KERNEL_NAME, interpret: bool = False) -> str:
-    """interpret: the source runs under Triton's interpreter (no inline assembly there)."""
+def render(schedule: Schedule, kernel_name: str = KERNEL_NAME, interpret: bool = False,
+           only_variant: int | None = None) -> str:
+    """interpret: the source runs under Triton's interpreter (no inline assembly there). only_variant:
+    a kernel whose dispatch holds that one code variant (for inspecting its machine code alone:
+    `kogc compile --per-variant`; it cannot run the schedule)."""
     cfg = schedule.tile_config
+    if only_variant is not None and not 0 <= only_variant < len(schedule.variants):
+        raise ValueError(f"only_variant {only_variant}: the schedule has variants 0..{len(schedule.variants) - 1}")
+    dispatch = [(i, v) for i, v in enumerate(schedule.variants) if only_variant in (None, i)]
     ahead = cfg.read_ahead
     attn_prefetch = attention_prefetch_asm(schedule)     # checked even for the interpreter, which has no asm
     if cfg.dynamic and (cfg.read_ahead or cfg.l2_prefetch):
@@ -44,6 +50,7 @@ def render(schedule: Schedule, kernel_name: str = KERNEL_NAME, interpret: bool =
         act_dt=TL_DTYPES[schedule.dtype], publish_some=len(schedule.published) < len(schedule.events),
         model=schedule.graph.meta.get("model", "model"), target=schedule.target.name,
         num_programs=schedule.num_programs, num_tasks=len(schedule.tasks), variants=schedule.variants,
+        dispatch_variants=dispatch,
         nargs=T.NARGS, header=HEADER, A=ARG_NAMES, kernel_name=kernel_name, timer_asm=schedule.target.timer_asm,
         walign=weight_alignment(schedule), aalign=activation_alignment(schedule),
         kalign=attention_alignment(schedule), valign=vector_alignment(schedule), prefetch_asm=schedule.target.l2_prefetch_asm,
