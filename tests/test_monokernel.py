@@ -507,3 +507,33 @@ def test_vector_alignment_divides_every_vector_region(overrides):
                     assert r.start % a == 0, (t.kind, r)
     if overrides.get("hidden_size") == 256:
         assert a >= 4          # (here the argmax's 4 partial maxima set it; laneformer-2b gets 16)
+
+
+def test_wide_combine_equals_plain_and_loads_wide(tmp_path):
+    # wide_combine: Wo's combine of the attention splits loads the partials with an alignment hint.
+    # Under the interpreter (no hints there) bit-equal to the kernel without it; compiled for sm_90,
+    # fewer 32-bit loads and more 128-bit ones
+    import dataclasses
+    from kogc.api import INTERPRETER_TILES
+    from kogc.codegen.aot import compile_kernel, disassembly_summary
+    from kogc.codegen.render import KERNEL_NAME, render, signature
+    from kogc.frontend import to_ir
+    from kogc.scheduler import TileConfig, build_schedule
+    from kogc.targets import H200
+    model = tiny(seed=91, num_lanes=2, dtype=torch.float16)
+    cfg = dataclasses.replace(INTERPRETER_TILES, attn_splits=2)
+    ck = kogc.compile(model, tile_config=dataclasses.replace(cfg, wide_combine=True))
+    plain = kogc.compile(model, tile_config=cfg)
+    for pos in range(4):
+        assert torch.equal(ck.step(2 + pos, pos)[0], plain.step(2 + pos, pos)[0]), f"pos {pos}"
+    graph = to_ir(tiny(num_lanes=2, hidden_size=512, num_attention_heads=4, num_key_value_heads=2,
+                       dtype=torch.float16))
+    bits = {}
+    for wide in (False, True):
+        s = build_schedule(graph, H200, tile_config=TileConfig(wide_combine=wide))
+        (tmp_path / f"{wide}.py").write_text(render(s))
+        sig, consts = signature(s)
+        arts = compile_kernel(str(tmp_path / f"{wide}.py"), KERNEL_NAME, sig, consts, "h200",
+                              str(tmp_path / f"sm_90_{wide}"), num_warps=H200.num_warps)
+        bits[wide] = disassembly_summary(arts)["ld_global_bits"]
+    assert bits[True][32] < bits[False][32] and bits[True][128] > bits[False][128]

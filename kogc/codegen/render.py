@@ -59,7 +59,7 @@ def render(schedule: Schedule, kernel_name: str = KERNEL_NAME, interpret: bool =
         wait_hdr="wn, wev, wneed, " if ahead else "",     # a task's waits read a task ahead (read_ahead)
         final_norm_lanes=next((v[2] for v in schedule.variants if v[0] == "final_norm"), 1),
         attn_preload=cfg.attn_preload, hoist=cfg.hoist_operands, attn_pipeline=cfg.attn_pipeline,
-        attn_last_combines=cfg.attn_last_combines, arrive_base=len(schedule.events),
+        attn_last_combines=cfg.attn_last_combines, wide_combine=cfg.wide_combine, arrive_base=len(schedule.events),
         attn_prefetch_asm="" if interpret else attn_prefetch,
         row_prefetch_asm=schedule.target.l2_prefetch_asm if ahead and not interpret else "",
         row_lines=row_lines(schedule.row_width), parallel_waits=cfg.parallel_waits,

@@ -67,6 +67,10 @@ class TileConfig:
     cost_context: int = 1024          # context length the cost model assumes for attention
     l2_prefetch: int = 0              # bytes of the program's weight stream a matvec asks L2 for ahead of
                                       # its own tile (0: off; needs a target with a prefetch instruction)
+    wide_combine: bool = False        # Wo's combine of the attention splits loads the partials 128 bits at a
+                                      # time (an alignment hint; 32-bit loads without: 124 of them in
+                                      # laneformer-2b's Wo body against 22-31 in every other matvec).
+                                      # Built after the ninth session's device time: not measured
     align_rows: bool = False          # pad each task-table row to whole 128-byte lines: a row of 22-24 ints
                                       # straddles two lines for about half the tasks, so the first wait's
                                       # event (near the row's end) can be a second L2 round trip after the
