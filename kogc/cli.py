@@ -44,7 +44,7 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--out", help="write the compiled kernel, schedule and report to this directory")
     c.add_argument("--per-variant", action="store_true",
                    help="with --out: also compile each task body (code variant) alone and write OUT/variants.txt: "
-                        "registers, spills, global loads by width, barriers per variant (a minute or so for "
+                        "registers, spills, global loads by width, barriers per variant (about 30 s for "
                         "laneformer-2b)")
     b = sub.add_parser("bench", help="time kogc's kernel against eager, one CUDA graph and torch.compile",
                        description="Measure, in one run on the same weights: kogc's monokernel, PyTorch eager "
