@@ -75,35 +75,40 @@ def replay_with_overheads(schedule, task_us, overhead_us, notify_us: float) -> f
     """The in-order replay with what a task costs its program before its body: task t's body starts
     at max(its program's previous end + overhead_us[t], its events' last producer end + notify_us).
     Measured (2b, seventh-session placement): a task whose data was ready before it started still
-    spends ~1.4-1.5 us between its start and its body when it has a wait (table row, acquire, the
-    barriers around it) and ~0.2-0.3 us without; a task that waited resumes ~0.55 us after its
-    producer ended. With those the replay of the eighth session's profile is 1,388 us against the
-    1,445 measured (4% short), where `longest_path` without overheads gives 1,120 (22% short)."""
+    spends ~1.4-1.5 us between its start and its body when it has a wait and ~0.2-0.3 us without;
+    a task that waited resumes ~0.55 us after its producer ended. With those the replay of the
+    eighth session's profile is 1,388 us against the 1,445 measured (4% short), where
+    `longest_path` without overheads gives 1,120 (22% short). Do not cut the overheads alone in a
+    what-if: the weights stream during the wait, so a body is shorter by about as much as its wait
+    segment is longer (ninth session: 1.54 + 1.66 us with a wait, 0.19 + 2.69 us without)."""
     return longest_path(schedule, None, notify_us, True, task_us, overhead_us)[0]
 
 
-def measured_overheads(schedule, ids, ts) -> tuple[list[float], float]:
-    """Per task: the median wait segment (start to after its waits, us) of the tasks of its kind, with
-    or without waits, whose producers had ended before they started (nothing to wait for: the
-    segment is pure overhead); and the median notify of the tasks that did wait (producer end to
-    after the waits)."""
+def overhead_medians(schedule, ids, ts) -> tuple[dict, float, float]:
+    """The median wait segment (start to after its waits, us) per (task kind, has waits) over the
+    tasks whose producers had ended before they started (nothing to wait for), the median over all
+    of those (for a group the profile lacks), and the median notify of the tasks that did wait
+    (producer end to after the waits)."""
     import numpy as np
 
     from kogc.runtime.profile import wait_split
     blocked, notify = wait_split(schedule, ids, ts)
     seg = (ts[:, 1] - ts[:, 0]) / 1e3
-    key = [(kind_key(schedule.tasks[t]), bool(schedule.tasks[t].waits)) for t in ids]
     groups = defaultdict(list)
-    for j, k in enumerate(key):
-        if blocked[j] == 0:
-            groups[k].append(seg[j])
-    fallback = float(np.median(seg[blocked == 0]))
-    med = {k: float(np.median(v)) for k, v in groups.items()}
-    over = [0.0] * len(schedule.tasks)
     for j, tid in enumerate(ids):
-        over[int(tid)] = med.get(key[j], fallback)
+        if blocked[j] == 0:
+            t = schedule.tasks[int(tid)]
+            groups[(kind_key(t), bool(t.waits))].append(seg[j])
     waited = notify[blocked > 0]
-    return over, float(np.median(waited)) if len(waited) else 0.0
+    return ({k: float(np.median(v)) for k, v in groups.items()}, float(np.median(seg[blocked == 0])),
+            float(np.median(waited)) if len(waited) else 0.0)
+
+
+def measured_overheads(schedule, ids, ts) -> tuple[list[float], float]:
+    """Per task: its (kind, has waits) group's median ready wait segment (`overhead_medians`); and the
+    median notify."""
+    med, fallback, notify = overhead_medians(schedule, ids, ts)
+    return [med.get((kind_key(t), bool(t.waits)), fallback) for t in schedule.tasks], notify
 
 
 def chain_composition(schedule, dur, latency_us: float) -> dict:

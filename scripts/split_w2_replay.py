@@ -15,10 +15,10 @@ laneformer-2b: 1,323 us unsplit; S=2: 1,327 / 1,401 / 1,473 us at 0 / 1 / 2 us e
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import sys
 from collections import defaultdict
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -28,13 +28,12 @@ import critical_path as cp  # noqa: E402
 import laneformer as lf  # noqa: E402
 
 from kogc.frontend import to_ir  # noqa: E402
-from kogc.runtime.profile import kind_key, load_stamps, wait_split  # noqa: E402
+from kogc.runtime.profile import kind_key, load_stamps  # noqa: E402
 from kogc.scheduler import TileConfig, build_schedule  # noqa: E402
 from kogc.scheduler.check import prune_by_program_order  # noqa: E402
-from kogc.scheduler.deps import Event, derive, merge_events  # noqa: E402
+from kogc.scheduler.deps import Event  # noqa: E402
 from kogc.scheduler.fuse import fuse  # noqa: E402
-from kogc.scheduler.place import place_parallel  # noqa: E402
-from kogc.scheduler.schedule import kind_seconds, placement_kind_us  # noqa: E402
+from kogc.scheduler.schedule import derive_events, place_tasks, placement_seconds  # noqa: E402
 from kogc.scheduler.tile import tile  # noqa: E402
 from kogc.targets import get_target  # noqa: E402
 
@@ -47,9 +46,7 @@ def split_w2(graph, cfg: TileConfig, slices: int) -> tuple[list, list]:
     cut into equal runs); W2 task j of an (op, lane) waits on slice j % slices, and its exact
     producers shrink to that slice's."""
     tasks, _ = tile(graph, fuse(graph), cfg)
-    events = derive(tasks, ())
-    if cfg.merge_events:
-        events = merge_events(tasks, events)
+    events = derive_events(tasks, cfg)
     if slices == 1:
         return tasks, events
     waited_by = defaultdict(set)
@@ -95,32 +92,24 @@ def place_and_replay(tasks, events, target, cfg, body_us: dict, overhead: dict, 
     """Place the tasks as build_schedule does (W2 tasks extra_us longer), prune program-order waits,
     and replay with each kind's mean body and each (kind, has waits)'s start overhead."""
     P = target.num_programs
-    secs = kind_seconds(tasks, placement_kind_us(cfg, target), target.hbm_read_bw / P)
+    secs = placement_seconds(tasks, cfg, target, P)
     secs = [x + (extra_us * 1e-6 if kind_key(t) in W2_KINDS else 0.0) for x, t in zip(secs, tasks)]
-    queues, _ = place_parallel(tasks, events, P, target.hbm_read_bw / P, cfg.lane_stagger,
-                               cfg.lane_group_stagger, secs, cfg.place_latency_us * 1e-6, [])
+    queues, _ = place_tasks(tasks, events, target, cfg, P, secs)
     prune_by_program_order(tasks, events, queues)
-    sched = dataclasses.make_dataclass("Replayed", ["tasks", "events", "queues"])(tasks, events, queues)
+    sched = SimpleNamespace(tasks=tasks, events=events, queues=queues)
     dur = [body_us[kind_key(t)] + (extra_us if kind_key(t) in W2_KINDS else 0.0) for t in tasks]
     over = [overhead.get((kind_key(t), bool(t.waits)), fallback) for t in tasks]
     return cp.replay_with_overheads(sched, dur, over, notify)
 
 
 def profile_means(schedule, path: str) -> tuple[dict, dict, float, float]:
-    """From a profile of `schedule`: mean body per kind, median start overhead per (kind, has waits)
-    over tasks that were not blocked, the overall median as a fallback, and the median notify."""
+    """From a profile of `schedule`: mean body per kind, and `critical_path.overhead_medians` (start
+    overhead per (kind, has waits), its fallback, the median notify)."""
     ids, ts, body = load_stamps(path, schedule)
-    blocked, notify = wait_split(schedule, ids, ts)
-    seg = (ts[:, 1] - ts[:, 0]) / 1e3
-    bodies, segs = defaultdict(list), defaultdict(list)
-    for j, tid in enumerate(ids):
-        t = schedule.tasks[int(tid)]
-        bodies[kind_key(t)].append(body[int(tid)])
-        if blocked[j] == 0:
-            segs[(kind_key(t), bool(t.waits))].append(seg[j])
-    waited = notify[blocked > 0]
-    return ({k: float(np.mean(v)) for k, v in bodies.items()}, {k: float(np.median(v)) for k, v in segs.items()},
-            float(np.median(seg[blocked == 0])), float(np.median(waited)) if len(waited) else 0.0)
+    bodies = defaultdict(list)
+    for t in schedule.tasks:
+        bodies[kind_key(t)].append(body[t.id])
+    return ({k: float(np.mean(v)) for k, v in bodies.items()}, *cp.overhead_medians(schedule, ids, ts))
 
 
 def main(argv=None) -> list[dict]:

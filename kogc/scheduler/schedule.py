@@ -148,9 +148,7 @@ def build_schedule(graph: Graph, target: Target, placement: str = "parallel",
     if cfg.ll_act and cfg.dynamic:
         raise SchedulerError("ll_act with dynamic placement is not supported: a flagged read waits for its exact "
                              "producer, which the ticket order does not prove will run first (use one of them)")
-    events = derive(tasks, ("act",) if cfg.ll_act else ())
-    if cfg.merge_events:
-        events = merge_events(tasks, events)
+    events = derive_events(tasks, cfg)
     timings["deps"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     est, grid = 0.0, 0
@@ -159,13 +157,8 @@ def build_schedule(graph: Graph, target: Target, placement: str = "parallel",
         grid = (num_programs or 1) if cfg.dynamic else 0
     elif placement == "parallel":
         P = num_programs or target.num_programs
-        kind_us = placement_kind_us(cfg, target)
-        if task_seconds is None and kind_us:
-            task_seconds = kind_seconds(tasks, kind_us, target.hbm_read_bw / P)
         order: list[int] = []
-        queues, est = place_parallel(tasks, events, P, target.hbm_read_bw / P, cfg.lane_stagger,
-                                     cfg.lane_group_stagger, task_seconds,
-                                     wait_latency_s or cfg.place_latency_us * 1e-6, order)
+        queues, est = place_tasks(tasks, events, target, cfg, P, task_seconds, wait_latency_s, order)
         if cfg.dynamic:           # one list in the placement's start order; programs take tasks by ticket
             queues, grid = [order], P
     else:
@@ -184,6 +177,30 @@ def build_schedule(graph: Graph, target: Target, placement: str = "parallel",
     variants = sorted({t.variant for t in tasks}, key=lambda v: [str(x) for x in v])
     return Schedule(graph, target, placement, ops, tasks, events, queues, layout, cfg, variants, est, timings,
                     grid=grid)
+
+
+def derive_events(tasks: list[Task], cfg: TileConfig) -> list[Event]:
+    """The events the tasks publish to and wait on (flagged activations, with ll_act, need none),
+    merged where the same tasks always wait on them together (merge_events)."""
+    events = derive(tasks, ("act",) if cfg.ll_act else ())
+    return merge_events(tasks, events) if cfg.merge_events else events
+
+
+def placement_seconds(tasks: list[Task], cfg: TileConfig, target: Target, num_programs: int) -> list[float]:
+    """Each task's time in the placement's cost model: its kind's measured time where the config or
+    target has one, else the bytes model's."""
+    return kind_seconds(tasks, placement_kind_us(cfg, target), target.hbm_read_bw / num_programs)
+
+
+def place_tasks(tasks: list[Task], events: list[Event], target: Target, cfg: TileConfig, num_programs: int,
+                task_seconds: list[float] | None = None, wait_latency_s: float = 0.0,
+                order: list[int] | None = None) -> tuple[list[list[int]], float]:
+    """`place_parallel` with the config's cost model (task_seconds, if given, replaces it) and its
+    lane staggers and hop latency (wait_latency_s, if given, replaces that)."""
+    P = num_programs
+    return place_parallel(tasks, events, P, target.hbm_read_bw / P, cfg.lane_stagger, cfg.lane_group_stagger,
+                          task_seconds or placement_seconds(tasks, cfg, target, P),
+                          wait_latency_s or cfg.place_latency_us * 1e-6, order)
 
 
 REFERENCE_TILE_BYTES = 32 * 1024                 # the tiles Target.kind_us was measured with

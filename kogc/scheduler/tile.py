@@ -74,11 +74,12 @@ class TileConfig:
     align_rows: bool = False          # pad each task-table row to whole 128-byte lines: a row of 22-24 ints
                                       # straddles two lines for about half the tasks, so the first wait's
                                       # event (near the row's end) can be a second L2 round trip after the
-                                      # header's (the previous task's acquire emptied L1). Not measured
+                                      # header's (the previous task's acquire emptied L1). Measured
+                                      # neutral (ninth session: 1.467 against 1.463-1.469 ms)
     read_ahead: bool = False          # read the task table one task ahead: the next variant, number of
                                       # waits and first wait in registers (its acquire then needs no table
                                       # round trip first), the next row's lines asked of L2, a task's
-                                      # arguments before its waits
+                                      # arguments before its waits. Measured neutral (ninth session)
     kind_us: dict | None = None       # placement cost model: measured microseconds per task of each kind
                                       # (a profile's "matvec/rmsnorm/store": 2.7, ...); others: bytes.
                                       # None: the target's measured ones (Target.kind_us) with 32 KB
