@@ -98,14 +98,14 @@ def host_diagnostics(ck, res):
         rc = cuda.cuFuncGetAttribute(ctypes.byref(v), attr, ctypes.c_void_p(c.function))
         res[f"func_{name}"] = v.value if rc == 0 else f"rc {rc}"
     b = ck.buffers
-    args = [*b.kernel_args(), 1, 10, ck.epoch + 1, ck.watchdog_spins, 1, -1, 0, 0.0, 0, 1.0,
+    args = [*b.kernel_args(), 1, 10, ck.epoch + 1, ck.watchdog_spins, 1, -1, 0, 0.0, 0, 1.0, 0,
             b.TABLE.shape[1], b.TABLE.shape[2], ck.profile, ck.schedule.sample_event]
     grid = (len(ck.schedule.queues), 1, 1)
     try:
         run = c[grid]
         t0 = time.perf_counter()
         for i in range(10):
-            args[17] = ck.epoch + 1
+            args[len(b.kernel_args()) + 2] = ck.epoch + 1   # epoch0
             ck.epoch += 1
             run(*args)
         res["bare_launcher_host_ms"] = (time.perf_counter() - t0) * 1e3 / 10
@@ -116,7 +116,7 @@ def host_diagnostics(ck, res):
     # the same kernel without the cooperative attribute (a new compile: the option is in the key)
     def plain_launch(i):
         ck.epoch += 1
-        ck.kernel[(grid[0],)](*b.kernel_args(), 1 + i, 10 + i, ck.epoch, ck.watchdog_spins, 1, -1, 0, 0.0, 0, 1.0,
+        ck.kernel[(grid[0],)](*b.kernel_args(), 1 + i, 10 + i, ck.epoch, ck.watchdog_spins, 1, -1, 0, 0.0, 0, 1.0, 0,
                               MAXLEN=b.TABLE.shape[1], ROW=b.TABLE.shape[2], PROFILE=ck.profile,
                               SAMPLE_EV=ck.schedule.sample_event, num_warps=ck.num_warps)
     plain_launch(0)

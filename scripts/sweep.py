@@ -3,7 +3,8 @@
     python scripts/sweep.py --preset laneformer-2b --context 1024 --variants '[{"tile_bytes": 32768}, ...]'
     TRITON_INTERPRET=1 python scripts/sweep.py --preset tiny --context 8,16 --steps 2 --variants '[{}, {"attn_impl": "dot"}]'
 Each variant is a dict of TileConfig fields plus optional "programs_per_unit", "num_warps",
-"max_registers" (ptxas's cap per thread: 3 programs of 4 warps fit an SM at <= 168) and "profile": true (or "detail": matvec bodies split into operands / compute / publish; with $OUT set, the stamps go to $OUT/task-times-<context>.npz, or task-times-<context>-v<i>.npz for the variant at index i > 0). `--context` takes a comma-separated list: every variant is timed at each.
+"max_registers" (ptxas's cap per thread: 3 programs of 4 warps fit an SM at <= 168), "host_poll": true (launch as a
+streamed generation does: each step's count published system-wide) and "profile": true (or "detail": matvec bodies split into operands / compute / publish; with $OUT set, the stamps go to $OUT/task-times-<context>.npz, or task-times-<context>-v<i>.npz for the variant at index i > 0). `--context` takes a comma-separated list: every variant is timed at each.
 Correctness guard: at each context every variant's logits for the same token, position and KV cache
 are compared with eager PyTorch's and with the first variant's (relative error, same argmax), so a
 faster variant that computes something else shows up in the same run.
@@ -71,6 +72,7 @@ def main():
         profile = v.pop("profile", False)
         warps = v.pop("num_warps", None)
         maxreg = v.pop("max_registers", None)
+        host_poll = v.pop("host_poll", False)
         cfg = dataclasses.replace(TileConfig(), **v)
         t0 = time.perf_counter()
         try:
@@ -85,7 +87,10 @@ def main():
                 set_cache(context)
                 fill_kv_from(ck, model)
                 logits, tok = ck.step(7, context)
-                ms = time_steps(lambda i: ck.launch(1 + i % 50, context + 1 + i), args.steps, 3, dev)
+                ms = time_steps(lambda i: ck.launch(1 + i % 50, context + 1 + i, host_poll=host_poll), args.steps, 3, dev)
+                # the same steps generated in one launch (no launch gap; the token fed back on the GPU)
+                gen = [x / args.steps for x in time_steps(
+                    lambda i: ck.launch(1, context + 1, nsteps=args.steps, host_poll=host_poll), 1, 3, dev, warmup=1)]
                 ck.raise_if_stuck()
             except Exception as e:
                 print(f"{v} ppu={ppu} context {context}: FAILED {type(e).__name__}: {str(e)[:300]}", flush=True)
@@ -98,7 +103,8 @@ def main():
             med = sorted(ms)[1]
             row = {"variant": v, "context": context, "programs_per_unit": ppu, "num_warps": warps,
                    "max_registers": maxreg,
-                   "profile": profile, "ms": ms, "ms_median": med, "tok_per_s": 1e3 / med,
+                   "profile": profile, "host_poll": host_poll, "ms": ms, "ms_median": med, "tok_per_s": 1e3 / med,
+                   "generate_ms": gen, "generate_ms_median": sorted(gen)[1],
                    "of_floor": floor / bw / (med * 1e-3), "tasks": len(ck.schedule.tasks),
                    "waits": sum(len(t.waits) for t in ck.schedule.tasks), "compile_s": compile_s,
                    "rel_err_vs_first_variant": rel, "same_token_as_first_variant": tok == ref[1],
@@ -115,7 +121,8 @@ def main():
                     chrome_trace(ck, os.path.join(os.environ["OUT"], f"trace-{tag}.json"))
                     ids, ts = timestamps(ck)       # per task: for scripts/critical_path.py --task-times
                     np.savez_compressed(os.path.join(os.environ["OUT"], f"task-times-{tag}.npz"), ids=ids, ts=ts)
-            print(f"{v} ppu={ppu} context {context}: {med:.3f} ms ({row['tok_per_s']:.0f} tok/s, "
+            print(f"{v} ppu={ppu} context {context}: {med:.3f} ms, in one launch {row['generate_ms_median']:.3f} ms "
+                  f"({row['tok_per_s']:.0f} tok/s, "
                   f"{row['of_floor']:.0%} of floor), {row['tasks']} tasks, {row['waits']} waits, "
                   f"regs/spills {row['regs_spills']}, vs eager: rel err {rel_eager:.1e}, same token {tok == e_tok}; "
                   f"vs first variant: rel err {rel:.1e}", flush=True)

@@ -19,7 +19,7 @@ def test_bench_interpreter_writes_table_and_json(tmp_path):
     assert "kogc (interpreter, CPU)" in r.stdout and "eager (CPU)" in r.stdout and "floor:" in r.stdout
     res = json.loads(out.read_text())
     names = [row["name"] for row in res["rows"]]
-    assert names == ["kogc (interpreter, CPU)", "eager (CPU)"]
+    assert names == ["kogc (interpreter, CPU)", "kogc generate (one launch, interpreter, CPU)", "eager (CPU)"]
     assert all(row["ms_median"] > 0 and len(row["ms_reps"]) == 2 for row in res["rows"])
     assert res["floor"]["bytes_per_token"] > 0 and res["config"]["context"] == 8
 

@@ -62,6 +62,13 @@ def run_bench(model_file: str, preset: str | None, context: int = 1024, steps: i
     rows.append(Row("kogc" + (" (interpreter, CPU)" if interpret else ""),
                     time_steps(lambda i: ck.launch(1 + i % 100, context + i), steps, reps, device)))
     _progress(f"kogc: {rows[-1].ms} ms/token", quiet)
+    # the same steps as one generation in ONE launch (what `generate` and `kogc run` do): no launch gap
+    # between steps, each step's token fed back on the GPU
+    _progress(f"timing kogc generating {steps} tokens in one launch (x {reps})", quiet)
+    rows.append(Row("kogc generate (one launch" + (", interpreter, CPU)" if interpret else ")"),
+                    [ms / steps for ms in time_steps(lambda i: ck.launch(1, context, nsteps=steps), 1, reps, device,
+                                                     warmup=1)]))
+    _progress(f"kogc generate: {rows[-1].ms} ms/token", quiet)
     ck.raise_if_stuck()
     prof = None
     if profile and not interpret:

@@ -30,9 +30,13 @@ def render(schedule: Schedule, kernel_name: str = KERNEL_NAME, interpret: bool =
     dispatch = [(i, v) for i, v in enumerate(schedule.variants) if only_variant in (None, i)]
     ahead = cfg.read_ahead
     attn_prefetch = attention_prefetch_asm(schedule)     # checked even for the interpreter, which has no asm
+    step_prefetch = prefetch_elements(schedule, "step_prefetch")
     if cfg.dynamic and (cfg.read_ahead or cfg.l2_prefetch):
         raise SchedulerError("dynamic placement takes tasks by ticket: read_ahead and l2_prefetch read a "
                              "program's next queue entry, which it does not have")
+    if cfg.dynamic and cfg.step_prefetch:
+        raise SchedulerError("step_prefetch asks L2 for a program's own weight stream, which dynamic placement "
+                             "(tasks by ticket) does not have")
     if cfg.attn_pipeline and cfg.attn_preload:
         raise SchedulerError("attn_pipeline and attn_preload both load cache rows ahead into registers: choose one")
     if cfg.parallel_waits and schedule.target.vendor == "amd":
@@ -55,6 +59,9 @@ def render(schedule: Schedule, kernel_name: str = KERNEL_NAME, interpret: bool =
         walign=weight_alignment(schedule), aalign=activation_alignment(schedule),
         kalign=attention_alignment(schedule), valign=vector_alignment(schedule), prefetch_asm=schedule.target.l2_prefetch_asm,
         prefetch_elems=prefetch_elements(schedule), line_elems=128 // ESIZE[schedule.dtype],
+        # (checked under the interpreter too, where a prefetch, which changes no value, is left out)
+        step_prefetch_elems=0 if interpret else step_prefetch, argmax_atomic=cfg.argmax_atomic,
+        key_at=schedule.token_key_at, final_norm_2d=cfg.final_norm_2d,
         table_ahead=ahead, header_ahead=cfg.header_ahead,
         wait_hdr="wn, wev, wneed, " if ahead else "",     # a task's waits read a task ahead (read_ahead)
         final_norm_lanes=next((v[2] for v in schedule.variants if v[0] == "final_norm"), 1),
@@ -121,15 +128,16 @@ def attention_prefetch_asm(schedule: Schedule) -> str:
     return schedule.target.l2_prefetch_asm
 
 
-def prefetch_elements(schedule: Schedule) -> int:
-    """How far ahead (elements of the weight stream, whole 128-byte lines) a matvec asks L2 for."""
-    nbytes = schedule.tile_config.l2_prefetch
+def prefetch_elements(schedule: Schedule, option: str = "l2_prefetch") -> int:
+    """Elements of the weight stream (whole 128-byte lines) a TileConfig prefetch option asks L2 for:
+    l2_prefetch (a matvec, ahead of its tile) or step_prefetch (a program, at the end of a step)."""
+    nbytes = getattr(schedule.tile_config, option)
     if not nbytes:
         return 0
     if not schedule.target.l2_prefetch_asm:
-        raise SchedulerError(f"l2_prefetch: target {schedule.target.name} has no prefetch instruction in kogc")
+        raise SchedulerError(f"{option}: target {schedule.target.name} has no prefetch instruction in kogc")
     if nbytes < 128 or not is_pow2(nbytes):
-        raise SchedulerError(f"l2_prefetch must be a power of two of at least 128 bytes, got {nbytes}")
+        raise SchedulerError(f"{option} must be a power of two of at least 128 bytes, got {nbytes}")
     return nbytes // ESIZE[schedule.dtype]
 
 
@@ -167,7 +175,7 @@ def signature(schedule: Schedule) -> tuple[dict[str, str], dict[str, object]]:
            "KV": f"*{dt}", "SMALL": f"*{dt}", "EMB": f"*{dt}", "COS": "*fp32", "SIN": "*fp32", "CNT": "*i32",
            "ERR": "*i32", "OUT": "*i32", "PROF": "*i64", "WTASK": "*i64", "TICKET": "*i32", "token": "i32",
            "pos0": "i32", "epoch0": "i32", "limit": "i32", "nsteps": "i32", "eos": "i32", "seed": "i64", "temperature": "fp32", "top_k": "i32",
-           "top_p": "fp32", "MAXLEN": "constexpr", "ROW": "constexpr",
+           "top_p": "fp32", "host_poll": "i32", "MAXLEN": "constexpr", "ROW": "constexpr",
            "PROFILE": "constexpr", "SAMPLE_EV": "constexpr"}
     consts = {"MAXLEN": max(len(q) for q in schedule.queues), "ROW": schedule.row_width, "PROFILE": 0,
               "SAMPLE_EV": schedule.sample_event}

@@ -119,10 +119,12 @@ class CompiledKernel:
             raise KogcError(f"position {pos} is outside the KV cache [0, {self.max_pos})")
 
     def launch(self, token: int, pos: int, nsteps: int = 1, eos: int = -1, seed: int = 0,
-               temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0, out: torch.Tensor | None = None) -> None:
+               temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0, out: torch.Tensor | None = None,
+               host_poll: bool = False) -> None:
         """Enqueue `nsteps` decode steps in one launch, from `token` at `pos` (no host synchronisation,
         no checks: see `step` and `generate`). Epochs advance by `nsteps`; after an early stop at EOS
-        `generate` sets them to the steps actually run."""
+        `generate` sets them to the steps actually run. host_poll: the host reads `out` while the kernel
+        runs (each step's count is then published system-wide, which costs the step a MEMBAR.SYS)."""
         epoch0 = self.epoch + 1
         self.epoch += nsteps
         if self._dynamic:
@@ -130,7 +132,8 @@ class CompiledKernel:
         with interpreter(self.interpret) if self.interpret else contextlib.nullcontext():
             self.compiled = self.kernel[self._grid](
                 *self.buffers.kernel_args(out), int(token), int(pos), epoch0, self.watchdog_spins, int(nsteps),
-                int(eos), int(seed), float(temperature), int(top_k), float(top_p), **self._launch_options)
+                int(eos), int(seed), float(temperature), int(top_k), float(top_p), int(host_poll),
+                **self._launch_options)
 
     def step(self, token: int, pos: int) -> tuple[torch.Tensor, int]:
         """One decode step in ONE launch: (logits [V] in the model's dtype, argmax token)."""
@@ -194,7 +197,7 @@ class CompiledKernel:
         self.last_seed = seed
         self.launch(prompt[-1], len(prompt) - 1, nsteps=max_new_tokens,
                     eos=-1 if eos_token_id is None else int(eos_token_id), seed=seed, temperature=temperature,
-                    top_k=top_k or 0, top_p=1.0 if top_p is None else top_p, out=out_buf)
+                    top_k=top_k or 0, top_p=1.0 if top_p is None else top_p, out=out_buf, host_poll=streamed)
         if streamed:
             self._poll_tokens(out_buf, on_token)
         self.raise_if_stuck()

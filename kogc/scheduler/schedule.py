@@ -66,6 +66,13 @@ class Schedule:
         return {g for t in self.tasks for g, _ in t.waits} | ({self.sample_event} - {-1})
 
     @property
+    def token_key_at(self) -> int:
+        """Where the counter buffer (int32) holds the step's token key (two ints, 8-byte aligned, after
+        the events and attention's arrival counters): TileConfig.argmax_atomic."""
+        n = len(self.events) + self.layout.sizes.get("arrive", 0)
+        return n + n % 2
+
+    @property
     def max_waits(self) -> int:
         return max((len(t.waits) for t in self.tasks), default=0)
 
