@@ -204,7 +204,9 @@ def tile(graph: Graph, ops: list[FusedOp], cfg: TileConfig) -> tuple[list[Task],
             args = _args({A_H: lay.at(p["h"], 0), A_TERM_STRIDE: d, A_X2: lay.at(p["g"], 0),
                           A_ROW0: d if g.type.lanes else 0, A_OUT: lay.at(p["out"], -1), A_EPS: f32_bits(p["eps"])})
             reads = [lay.region(p["h"], l, 0, d) for l in range(L)]
-            new(("final_norm", d, L), op, -1, args, reads, [lay.region(p["out"], -1, 0, d)], cost=d * es * (L + 1))
+            # (the variant says whether each lane has its own scale: a shared one is held as one row)
+            new(("final_norm", d, L, L if g.type.lanes else 1), op, -1, args, reads, [lay.region(p["out"], -1, 0, d)],
+                cost=d * es * (L + 1))
         elif op.kind == "argmax":
             part = lay.slots[f"{p['logits']}.argmax"]
             nparts = part[2] // 2
