@@ -128,10 +128,15 @@ def attention_prefetch_asm(schedule: Schedule) -> str:
     return schedule.target.l2_prefetch_asm
 
 
+STEP_PREFETCH_DEFAULT = 32 * 1024    # TileConfig.step_prefetch=None on a target that can prefetch
+
+
 def prefetch_elements(schedule: Schedule, option: str = "l2_prefetch") -> int:
     """Elements of the weight stream (whole 128-byte lines) a TileConfig prefetch option asks L2 for:
     l2_prefetch (a matvec, ahead of its tile) or step_prefetch (a program, at the end of a step)."""
     nbytes = getattr(schedule.tile_config, option)
+    if nbytes is None:      # the default: where the target has the instruction
+        nbytes = STEP_PREFETCH_DEFAULT if schedule.target.l2_prefetch_asm and not schedule.tile_config.dynamic else 0
     if not nbytes:
         return 0
     if not schedule.target.l2_prefetch_asm:

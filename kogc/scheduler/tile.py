@@ -80,14 +80,17 @@ class TileConfig:
                                       # waits and first wait in registers (its acquire then needs no table
                                       # round trip first), the next row's lines asked of L2, a task's
                                       # arguments before its waits. Measured neutral (ninth session)
-    argmax_atomic: bool = False       # the LM head's tasks fold their (max, index) into one 64-bit word by an
-                                      # atomic max, and the argmax task reads and clears it: one L2 round
-                                      # trip instead of a loop over 16k partial maxima (8.7 us on the chain)
-    final_norm_2d: bool = False       # the final norm's sums of squares from one [lanes, D] load (one round
-                                      # trip, no 8-way unrolled body), then a loop over the lanes (L1 hits)
-    step_prefetch: int = 0            # bytes of its weight stream each program asks L2 for at the end of a
-                                      # step (the next step's first tiles, while the argmax, the launch gap
-                                      # and the embed leave HBM idle); 0: off; needs a prefetch instruction
+    argmax_atomic: bool = True        # the LM head's tasks fold their (max, row) into 64-bit keys by atomic
+                                      # max, and the argmax task reads and clears them: one L2 round trip
+                                      # instead of a loop over 16k partial maxima (8.7 -> 1.3-1.9 us)
+    final_norm_2d: bool = True        # the final norm loads every lane's h as one [lanes, D] tile, twice
+                                      # (sums of squares, then the normalised sum), the scales before its
+                                      # wait: no load behind a reduction's barrier
+    step_prefetch: int | None = None  # bytes of its weight stream each program asks L2 for at the end of a
+                                      # step (the next step's first tiles, while the token is chosen, the
+                                      # next launch starts and the embed runs, HBM is idle); 0: off; None:
+                                      # 32 KB on a target with a prefetch instruction, else off. The three
+                                      # together: -0.8% (tenth session; each alone within the noise)
     kind_us: dict | None = None       # placement cost model: measured microseconds per task of each kind
                                       # (a profile's "matvec/rmsnorm/store": 2.7, ...); others: bytes.
                                       # None: the target's measured ones (Target.kind_us) with 32 KB
