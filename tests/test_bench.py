@@ -36,7 +36,7 @@ def test_table_floor_takes_the_higher_bandwidth_reading():
     text = format_table(res)
     assert "4.19 TB/s measured read bandwidth (the higher of 4.10, 4.19) = 1.000 ms" in text
     kogc_line = next(line for line in text.splitlines() if line.startswith("kogc"))
-    assert kogc_line.split()[-2:] == ["2.00x", "80%"]
+    assert kogc_line.split()[-2:] == ["2.00x", "80.0%"]
 
 
 def test_bench_without_gpu_says_so():

@@ -196,10 +196,10 @@ def test_l2_prefetch_option(tmp_path):
     model = tiny(num_lanes=2, hidden_size=256, dtype=torch.float16)
     graph = to_ir(model)
     counts = {}
-    # (read_ahead off: its table-row prefetch is the same instruction); attn_prefetch: attention asks
-    # L2 for its cache rows before its wait
+    # (read_ahead and step_prefetch off: the table-row and step-end prefetches are the same
+    # instruction); attn_prefetch: attention asks L2 for its cache rows before its wait
     for name, opts in {"off": {}, "weights": {"l2_prefetch": 32768}, "attention": {"attn_prefetch": True}}.items():
-        s = build_schedule(graph, H200, tile_config=TileConfig(read_ahead=False, **opts))
+        s = build_schedule(graph, H200, tile_config=TileConfig(read_ahead=False, step_prefetch=0, **opts))
         (tmp_path / f"{name}.py").write_text(render(s))
         sig, consts = signature(s)
         arts = compile_kernel(str(tmp_path / f"{name}.py"), KERNEL_NAME, sig, consts, "h200",

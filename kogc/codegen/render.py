@@ -10,7 +10,7 @@ from ..scheduler import Schedule, SchedulerError
 from ..scheduler.fuse import is_pow2
 from ..scheduler.tile import ESIZE, next_pow2
 from ..scheduler import tasks as T
-from ..scheduler.schedule import HEADER, TOKEN_KEYS
+from ..scheduler.schedule import HEADER
 
 KERNEL_NAME = "kogc_monokernel"
 _ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(os.path.join(os.path.dirname(__file__), "templates")),
@@ -61,7 +61,7 @@ def render(schedule: Schedule, kernel_name: str = KERNEL_NAME, interpret: bool =
         prefetch_elems=prefetch_elements(schedule), line_elems=128 // ESIZE[schedule.dtype],
         # (checked under the interpreter too, where a prefetch, which changes no value, is left out)
         step_prefetch_elems=0 if interpret else step_prefetch, argmax_atomic=cfg.argmax_atomic,
-        key_at=schedule.token_key_at, token_keys=TOKEN_KEYS, final_norm_2d=cfg.final_norm_2d,
+        token_keys=T.TOKEN_KEYS, final_norm_2d=cfg.final_norm_2d,
         table_ahead=ahead, header_ahead=cfg.header_ahead,
         wait_hdr="wn, wev, wneed, " if ahead else "",     # a task's waits read a task ahead (read_ahead)
         final_norm_lanes=next((v[2] for v in schedule.variants if v[0] == "final_norm"), 1),

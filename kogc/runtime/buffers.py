@@ -9,7 +9,6 @@ import torch
 from ..ir.executor import TORCH_DTYPES, rope_angles
 from ..ir.graph import Op
 from ..scheduler import Schedule
-from ..scheduler.schedule import TOKEN_KEYS
 
 
 @dataclass
@@ -111,7 +110,7 @@ def allocate(schedule: Schedule, weights: dict[str, torch.Tensor], device, profi
         ACT=z(act_words(schedule), torch.int64) if schedule.tile_config.ll_act else z(lay.sizes["act"], dtype),
         F32=z(lay.sizes["f32"], torch.float32), KV=z(lay.sizes["kv"], dtype),
         SMALL=small.to(device), EMB=emb.to(device, dtype).contiguous(), COS=cos.contiguous().to(device),
-        SIN=sin.contiguous().to(device), CNT=z(schedule.token_key_at + 2 * TOKEN_KEYS, torch.int32), ERR=z(8, torch.int32),
+        SIN=sin.contiguous().to(device), CNT=z(len(schedule.events) + lay.sizes.get("arrive", 0), torch.int32), ERR=z(8, torch.int32),
         OUT=z(4 + max_pos, torch.int32),   # [last token, steps done, stopped at EOS, -, token of each step]
         PROF=(torch.zeros((len(schedule.queues), table.shape[1], 5 if profile == "detail" else 3), dtype=torch.int64,
                           device=device)

@@ -19,8 +19,6 @@ from .place import bytes_model_seconds, place_parallel, place_sequential
 from .tasks import NARGS, Task
 from .tile import ESIZE, Layout, TileConfig, tile
 
-TOKEN_KEYS = 128    # argmax_atomic: the LM head's tasks fold into key (task % this): one word for all of
-                    # them made each task's publish wait behind ~16k atomics on one L2 address (+17 us)
 HEADER = 4          # table row: variant, lane, publish event, number of waits; then args, then waits
 ROW_LINE_INTS = 32  # int32 per 128-byte cache line (TileConfig.align_rows)
 
@@ -66,13 +64,6 @@ class Schedule:
         steps): only their producers publish. A task whose event nobody acquires skips the barrier,
         fence and counter add (with ll_act, every producer read only through flagged data)."""
         return {g for t in self.tasks for g, _ in t.waits} | ({self.sample_event} - {-1})
-
-    @property
-    def token_key_at(self) -> int:
-        """Where the counter buffer (int32) holds the step's token keys (TOKEN_KEYS int64, 8-byte aligned,
-        after the events and attention's arrival counters): TileConfig.argmax_atomic."""
-        n = len(self.events) + self.layout.sizes.get("arrive", 0)
-        return n + n % 2
 
     @property
     def max_waits(self) -> int:

@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 from ..ir.graph import Graph, Op
 from .errors import SchedulerError
 from .fuse import ALL, ATTN_COMBINE, OTHERS, OWN, PLAIN, RESIDUAL, ROPE_CACHE, ROPE_STORE, STORE_ARGMAX, FusedOp, is_pow2
-from .tasks import (A_CACHE, A_EPS, A_H, A_OUT, A_OWN_COEF, A_RES_OUT, A_ROW0, A_SLOT, A_TERM, A_TERM_COEF,
-                    A_TERM_SEL, A_TERM_STRIDE, A_X, A_X2, NARGS, SELECT_CODES, Region, Task, WeightTile)
+from .tasks import (A_CACHE, A_EPS, A_H, A_KEYS, A_OUT, A_OWN_COEF, A_RES_OUT, A_ROW0, A_SLOT, A_TERM, A_TERM_COEF,
+                    A_TERM_SEL, A_TERM_STRIDE, A_X, A_X2, NARGS, SELECT_CODES, TOKEN_KEYS, Region, Task,
+                    WeightTile)
 
 ESIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
 
@@ -70,7 +71,7 @@ class TileConfig:
     wide_combine: bool = False        # Wo's combine of the attention splits loads the partials 128 bits at a
                                       # time (an alignment hint; 32-bit loads without: 124 of them in
                                       # laneformer-2b's Wo body against 22-31 in every other matvec).
-                                      # Built after the ninth session's device time: not measured
+                                      # Measured +3.5% (tenth session: 98 B of spills against 56)
     align_rows: bool = False          # pad each task-table row to whole 128-byte lines: a row of 22-24 ints
                                       # straddles two lines for about half the tasks, so the first wait's
                                       # event (near the row's end) can be a second L2 round trip after the
@@ -85,7 +86,7 @@ class TileConfig:
                                       # instead of a loop over 16k partial maxima (8.7 -> 1.3-1.9 us)
     final_norm_2d: bool = True        # the final norm loads every lane's h as one [lanes, D] tile, twice
                                       # (sums of squares, then the normalised sum), the scales before its
-                                      # wait: no load behind a reduction's barrier
+                                      # wait: no load behind a reduction's barrier (still 8-9 us)
     step_prefetch: int | None = None  # bytes of its weight stream each program asks L2 for at the end of a
                                       # step (the next step's first tiles, while the token is chosen, the
                                       # next launch starts and the embed runs, HBM is idle); 0: off; None:
@@ -215,7 +216,8 @@ def tile(graph: Graph, ops: list[FusedOp], cfg: TileConfig) -> tuple[list[Task],
             nparts = part[2] // 2
             blk = min(2048, next_pow2(nparts))     # a running best per element: 2 x 16 values per thread
             logits = by[p["logits"]].type.shape[0]
-            args = _args({A_X: part[1], A_ROW0: nparts, A_X2: lay.at(p["logits"], -1), A_H: logits})
+            args = _args({A_X: part[1], A_ROW0: nparts, A_X2: lay.at(p["logits"], -1), A_H: logits,
+                          A_KEYS: lay.at(f"{p['logits']}.keys", -1)})
             reads = [Region("f32", part[1], part[1] + 2 * nparts), lay.region(p["logits"], -1, 0, logits)]
             new(("argmax", blk), op, -1, args, reads, [Region("out", 0, 1)], cost=nparts * 8)
         else:
@@ -236,6 +238,7 @@ def _tile_matvec(op, by, lay, val, new, cfg, es, lanes_of):
         val(p["res_out"])
     if epi == STORE_ARGMAX:
         lay.alloc(f"{op.node}.argmax", "f32", 2 * (N // rows), 0)
+        lay.alloc(f"{op.node}.keys", "f32", 2 * TOKEN_KEYS, 0)     # int64 each (argmax_atomic)
     L = max(op.lanes, 1)
     hd = p.get("head_dim", 0)
     combine = by[p["x"]] if pro == ATTN_COMBINE else None
@@ -279,6 +282,7 @@ def _tile_matvec(op, by, lay, val, new, cfg, es, lanes_of):
             if epi == STORE_ARGMAX:
                 base, nparts, t = lay.slots[f"{op.node}.argmax"][1], N // rows, r0 // rows
                 a[A_SLOT], a[A_TERM_STRIDE] = base + t, nparts
+                a[A_KEYS] = lay.at(f"{op.node}.keys", -1)
                 writes += [Region("f32", base + t, base + t + 1), Region("f32", base + nparts + t, base + nparts + t + 1)]
             w = WeightTile(wname, l if by[p["w"]].type.lanes else -1, r0, rows, K)
             new(variant, op, l, a, reads, writes, w, cost=rows * K * es + K * es)
