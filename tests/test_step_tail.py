@@ -72,3 +72,30 @@ def test_step_prefetch_compiles_to_l2_prefetches_and_refuses_what_it_cannot_do(t
         render(build_schedule(graph, H200, tile_config=TileConfig(step_prefetch=1000)))
     with pytest.raises(SchedulerError, match="dynamic placement"):
         render(build_schedule(graph, H200, tile_config=TileConfig(step_prefetch=8192, dynamic=True)))
+
+
+@pytest.mark.parametrize("parts", [2, 4])
+def test_final_norm_split_equals_one_task(parts):
+    # the final norm as `parts` tasks, each writing its columns of x: the same logits and tokens, the
+    # LM head waiting on all of them (a per-lane scale too: each part takes its columns of every row)
+    model = tiny(seed=29, num_lanes=2, dtype=torch.float16, replicated_rmsn_scale=False)
+    one = kogc.compile(model, tile_config=INTERPRETER_TILES)
+    split = kogc.compile(model, tile_config=dataclasses.replace(INTERPRETER_TILES, final_norm_split=parts))
+    assert sum(t.kind == "final_norm" for t in split.schedule.tasks) == parts
+    for pos in range(3):
+        (a, ta), (b, tb) = one.step(6 + pos, pos), split.step(6 + pos, pos)
+        assert torch.equal(a, b) and ta == tb, f"pos {pos}"
+    assert split.generate([1, 2], 4) == one.generate([1, 2], 4)
+
+
+def test_final_norm_split_refuses_what_it_cannot_do():
+    from kogc.codegen.render import render
+    from kogc.frontend import to_ir
+    from kogc.scheduler import build_schedule
+    from kogc.targets import H200
+    graph = to_ir(tiny(num_lanes=2))
+    for cfg, msg in [(TileConfig(final_norm_split=2, final_norm_2d=False), "needs final_norm_2d"),
+                     (TileConfig(final_norm_split=3), "power of two"),
+                     (TileConfig(final_norm_split=64), ">= 16 columns")]:
+        with pytest.raises(SchedulerError, match=msg):
+            render(build_schedule(graph, H200, tile_config=cfg))

@@ -160,6 +160,8 @@ def vector_alignment(schedule: Schedule) -> int:
         if t.kind in VECTOR_KINDS:
             vals += [a[T.A_X], a[T.A_X2], a[T.A_OUT], a[T.A_ROW0], a[T.A_H], a[T.A_TERM], a[T.A_TERM_STRIDE],
                      t.variant[1]]
+            if t.kind == "final_norm":     # its part of x: first column, columns
+                vals += [a[T.A_COL0], t.variant[4]]
         elif t.kind == "matvec" and t.variant[4] == "residual":
             vals += [a[T.A_H], a[T.A_TERM], a[T.A_TERM_STRIDE]]
     return _pow2_divisor(vals)

@@ -16,6 +16,7 @@ NARGS = 14
 (A_X, A_X2, A_OUT, A_ROW0, A_CACHE, A_H, A_RES_OUT, A_TERM, A_TERM_STRIDE, A_TERM_SEL, A_EPS, A_OWN_COEF,
  A_TERM_COEF, A_SLOT) = range(NARGS)
 A_KEYS = A_CACHE    # the LM head (store_argmax) and the argmax: where the step's token keys are (no cache there)
+A_COL0 = A_SLOT     # the final norm: the first column of x this task writes (TileConfig.final_norm_split)
 TOKEN_KEYS = 128    # TileConfig.argmax_atomic: an LM head task folds into key (task % this), int64 each in the
                     # f32 arena; one word for all 16k tasks made each one's publish queue behind the others'
                     # atomics at one L2 address (+17 us per step). Not regions: unordered by design, and the

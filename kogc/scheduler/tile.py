@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from ..ir.graph import Graph, Op
 from .errors import SchedulerError
 from .fuse import ALL, ATTN_COMBINE, OTHERS, OWN, PLAIN, RESIDUAL, ROPE_CACHE, ROPE_STORE, STORE_ARGMAX, FusedOp, is_pow2
-from .tasks import (A_CACHE, A_EPS, A_H, A_KEYS, A_OUT, A_OWN_COEF, A_RES_OUT, A_ROW0, A_SLOT, A_TERM, A_TERM_COEF,
-                    A_TERM_SEL, A_TERM_STRIDE, A_X, A_X2, NARGS, SELECT_CODES, TOKEN_KEYS, Region, Task,
-                    WeightTile)
+from .tasks import (A_CACHE, A_COL0, A_EPS, A_H, A_KEYS, A_OUT, A_OWN_COEF, A_RES_OUT, A_ROW0, A_SLOT, A_TERM,
+                    A_TERM_COEF, A_TERM_SEL, A_TERM_STRIDE, A_X, A_X2, NARGS, SELECT_CODES, TOKEN_KEYS, Region,
+                    Task, WeightTile)
 
 ESIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
 
@@ -87,6 +87,10 @@ class TileConfig:
     final_norm_2d: bool = True        # the final norm loads every lane's h as one [lanes, D] tile, twice
                                       # (sums of squares, then the normalised sum), the scales before its
                                       # wait: no load behind a reduction's barrier (still 8-9 us)
+    final_norm_split: int = 1         # with final_norm_2d: the final norm as this many tasks, each summing
+                                      # every lane's squares and writing D / this columns of x (the part
+                                      # after the sums was 4.5-5.5 us of its 8-9). Built after the tenth
+                                      # session's device time: not measured
     step_prefetch: int | None = None  # bytes of its weight stream each program asks L2 for at the end of a
                                       # step (the next step's first tiles, while the token is chosen, the
                                       # next launch starts and the embed runs, HBM is idle); 0: off; None:
@@ -205,12 +209,17 @@ def tile(graph: Graph, ops: list[FusedOp], cfg: TileConfig) -> tuple[list[Task],
             d, L = h.type.shape[0], h.type.lanes
             _pow2(d, "hidden size", op)
             val(p["out"])
-            args = _args({A_H: lay.at(p["h"], 0), A_TERM_STRIDE: d, A_X2: lay.at(p["g"], 0),
-                          A_ROW0: d if g.type.lanes else 0, A_OUT: lay.at(p["out"], -1), A_EPS: f32_bits(p["eps"])})
-            reads = [lay.region(p["h"], l, 0, d) for l in range(L)]
-            # (the variant says whether each lane has its own scale: a shared one is held as one row)
-            new(("final_norm", d, L, L if g.type.lanes else 1), op, -1, args, reads, [lay.region(p["out"], -1, 0, d)],
-                cost=d * es * (L + 1))
+            parts = _final_norm_parts(cfg, d, op)
+            cols = d // parts
+            for c0 in range(0, d, cols):
+                args = _args({A_H: lay.at(p["h"], 0), A_TERM_STRIDE: d, A_X2: lay.at(p["g"], 0),
+                              A_ROW0: d if g.type.lanes else 0, A_OUT: lay.at(p["out"], -1, c0), A_COL0: c0,
+                              A_EPS: f32_bits(p["eps"])})
+                reads = [lay.region(p["h"], l, 0, d) for l in range(L)]    # every column: the norms' sums
+                # (the variant says whether each lane has its own scale, a shared one held as one row,
+                # and how many columns of x a task writes)
+                new(("final_norm", d, L, L if g.type.lanes else 1, cols), op, -1, args, reads,
+                    [lay.region(p["out"], -1, c0, c0 + cols)], cost=d * es * L + cols * es)
         elif op.kind == "argmax":
             part = lay.slots[f"{p['logits']}.argmax"]
             nparts = part[2] // 2
@@ -223,6 +232,19 @@ def tile(graph: Graph, ops: list[FusedOp], cfg: TileConfig) -> tuple[list[Task],
         else:
             raise SchedulerError(f"no tiling for fused op {op.kind}")
     return tasks, lay
+
+
+def _final_norm_parts(cfg, d: int, op) -> int:
+    """Tasks the final norm is split into (TileConfig.final_norm_split), checked."""
+    parts = cfg.final_norm_split
+    if parts == 1:
+        return 1
+    if not cfg.final_norm_2d or cfg.ll_act:
+        raise SchedulerError("final_norm_split needs final_norm_2d (and not ll_act): only that body writes a part of x")
+    if parts < 1 or not is_pow2(parts) or d // parts < 16:
+        raise SchedulerError(f"final_norm_split must be a power of two leaving >= 16 columns a task; got {parts} "
+                             f"for hidden size {d} ({op.node})")
+    return parts
 
 
 def _tile_matvec(op, by, lay, val, new, cfg, es, lanes_of):
