@@ -18,7 +18,7 @@ OFF = dict(argmax_atomic=False, final_norm_2d=False, step_prefetch=0)     # the 
 
 
 @pytest.mark.parametrize("lanes,dtype", [(2, torch.float16), (4, torch.float32), (1, torch.float16)])
-def test_tail_options_equal_the_default(lanes, dtype):
+def test_tail_options_equal_the_kernel_without_them(lanes, dtype):
     # greedy steps, a generation in one launch (the token key is cleared for the next step) and sampling
     # (the key orders the sampling keys): the same logits and tokens as the kernel without the options
     model = tiny(seed=17 + lanes, num_lanes=lanes, dtype=dtype)
