@@ -3,11 +3,13 @@
     python scripts/sweep.py --preset laneformer-2b --context 1024 --variants '[{"tile_bytes": 32768}, ...]'
     TRITON_INTERPRET=1 python scripts/sweep.py --preset tiny --context 8,16 --steps 2 --variants '[{}, {"attn_impl": "dot"}]'
 Each variant is a dict of TileConfig fields plus optional "programs_per_unit", "num_warps",
-"max_registers" (ptxas's cap per thread: 3 programs of 4 warps fit an SM at <= 168), "host_poll": true (launch as a
+"max_registers" (ptxas's cap per thread: 3 programs of 4 warps fit an SM at <= 168), "cooperative": false (launch
+without the cooperative attribute), "host_poll": true (launch as a
 streamed generation does: each step's count published system-wide) and "profile": true (or "detail": matvec bodies split into operands / compute / publish; with $OUT set, the stamps go to $OUT/task-times-<context>.npz, or task-times-<context>-v<i>.npz for the variant at index i > 0). `--context` takes a comma-separated list: every variant is timed at each.
 Correctness guard: at each context every variant's logits for the same token, position and KV cache
 are compared with eager PyTorch's and with the first variant's (relative error, same argmax), so a
-faster variant that computes something else shows up in the same run.
+faster variant that computes something else shows up in the same run; so are the logits after 16
+launches back to back from the same cache (each reading the rows the earlier ones wrote).
 Prints one line per variant and context and writes $OUT/sweep.json.
 """
 from __future__ import annotations
@@ -65,7 +67,7 @@ def main():
         model.to("cpu")
     bw = read_bandwidth() if gpu else float("nan")
     print(f"read bandwidth {bw / 1e12:.2f} TB/s", flush=True)
-    results, reference = [], {}
+    results, reference, chain_reference = [], {}, {}
     for vi, v in enumerate(json.loads(args.variants)):
         v = dict(v)
         ppu = v.pop("programs_per_unit", H200.programs_per_unit)
@@ -73,11 +75,12 @@ def main():
         warps = v.pop("num_warps", None)
         maxreg = v.pop("max_registers", None)
         host_poll = v.pop("host_poll", False)
+        cooperative = v.pop("cooperative", True)
         cfg = dataclasses.replace(TileConfig(), **v)
         t0 = time.perf_counter()
         try:
             ck = kogc.compile(model, tile_config=cfg, num_programs=H200.compute_units * ppu if gpu else None, profile=profile,
-                              num_warps=warps, max_registers=maxreg)
+                              num_warps=warps, max_registers=maxreg, cooperative=cooperative)
         except Exception as e:
             print(f"{v} ppu={ppu}: FAILED {type(e).__name__}: {str(e)[:300]}", flush=True)
             continue
@@ -91,12 +94,21 @@ def main():
                 # the same steps generated in one launch (no launch gap; the token fed back on the GPU)
                 gen = [x / args.steps for x in time_steps(
                     lambda i: ck.launch(1, context + 1, nsteps=args.steps, host_poll=host_poll), 1, 3, dev, warmup=1)]
+                # back to back, as timed: 16 launches, each reading the cache rows the ones before wrote
+                # (a launch that overlaps its predecessor, pdl, must still see them), from the same cache
+                set_cache(context)
+                fill_kv_from(ck, model)
+                for i in range(16):
+                    ck.launch(1 + i, context + 1 + i, host_poll=host_poll)
+                chain = (ck.logits_view.float().clone(), int(ck.buffers.OUT[0].item()))
                 ck.raise_if_stuck()
             except Exception as e:
                 print(f"{v} ppu={ppu} context {context}: FAILED {type(e).__name__}: {str(e)[:300]}", flush=True)
                 continue
             ref = reference.setdefault(context, (logits.float(), tok))
             rel = float((logits.float() - ref[0]).norm() / ref[0].norm())
+            chain_ref = chain_reference.setdefault(context, chain)
+            chain_rel = float((chain[0] - chain_ref[0]).norm() / chain_ref[0].norm())
             e_logits, e_tok = eager[context]
             rel_eager = float((logits.float().cpu() - e_logits).norm() / e_logits.norm())
             floor = bytes_per_token(ck, context + args.steps // 2)
@@ -108,7 +120,8 @@ def main():
                    "of_floor": floor / bw / (med * 1e-3), "tasks": len(ck.schedule.tasks),
                    "waits": sum(len(t.waits) for t in ck.schedule.tasks), "compile_s": compile_s,
                    "rel_err_vs_first_variant": rel, "same_token_as_first_variant": tok == ref[1],
-                   "rel_err_vs_eager": rel_eager, "same_token_as_eager": tok == e_tok,
+                   "rel_err_vs_eager": rel_eager, "same_token_as_eager": tok == e_tok, "cooperative": cooperative,
+                   "chain16_rel_err_vs_first_variant": chain_rel, "chain16_same_token": chain[1] == chain_ref[1],
                    "regs_spills": [getattr(ck.compiled, "n_regs", None), getattr(ck.compiled, "n_spills", None)]}
             if profile:
                 from kogc.runtime.profile import chrome_trace, format_summary, summarize
@@ -125,7 +138,7 @@ def main():
                   f"({row['tok_per_s']:.0f} tok/s, "
                   f"{row['of_floor']:.0%} of floor), {row['tasks']} tasks, {row['waits']} waits, "
                   f"regs/spills {row['regs_spills']}, vs eager: rel err {rel_eager:.1e}, same token {tok == e_tok}; "
-                  f"vs first variant: rel err {rel:.1e}", flush=True)
+                  f"vs first variant: rel err {rel:.1e}, after 16 launches back to back {chain_rel:.1e}", flush=True)
             results.append(row)
         ck = None   # free its buffers before the next variant
         torch.cuda.empty_cache()

@@ -99,3 +99,40 @@ def test_final_norm_split_refuses_what_it_cannot_do():
                      (TileConfig(final_norm_split=64), ">= 16 columns")]:
         with pytest.raises(SchedulerError, match=msg):
             render(build_schedule(graph, H200, tile_config=cfg))
+
+
+def test_pdl_compiles_to_grid_dependency_control_and_refuses_what_it_cannot_do(tmp_path):
+    # programmatic dependent launch: one launch_dependents and one wait per program, before any task
+    # (PTX griddepcontrol, SASS PREEXIT / ACQBULK); none under the interpreter; refused without the
+    # instructions (MI300X)
+    from kogc.codegen.aot import compile_kernel
+    from kogc.codegen.render import KERNEL_NAME, render, signature
+    from kogc.frontend import to_ir
+    from kogc.scheduler import build_schedule
+    from kogc.targets import H200, MI300X
+    graph = to_ir(tiny(num_lanes=2, dtype=torch.float16))
+    for pdl in (False, True):
+        s = build_schedule(graph, H200, tile_config=TileConfig(pdl=pdl))
+        src = render(s)
+        assert ("griddepcontrol" in src) == pdl
+        assert "griddepcontrol" not in render(s, interpret=True)
+        (tmp_path / f"{pdl}.py").write_text(src)
+        sig, consts = signature(s)
+        arts = compile_kernel(str(tmp_path / f"{pdl}.py"), KERNEL_NAME, sig, consts, "h200",
+                              str(tmp_path / f"sm_90_{pdl}"), num_warps=H200.num_warps)
+        ptx = open(arts["ptx"]).read()
+        assert ptx.count("griddepcontrol.launch_dependents;") == ptx.count("griddepcontrol.wait;") == int(pdl)
+        if pdl:   # both before the first load of the task table (the program's queue length)
+            assert ptx.index("griddepcontrol.wait;") < ptx.index("ld.global")
+    with pytest.raises(SchedulerError, match="pdl .* mi300x has none"):
+        render(build_schedule(graph, MI300X, tile_config=TileConfig(pdl=True)))
+
+
+def test_pdl_under_the_interpreter_equals_the_kernel_without_it():
+    # the interpreter has no dependent launch: the option leaves the kernel's results alone there
+    model = tiny(seed=5, num_lanes=2)
+    plain = kogc.compile(model)
+    pdl = kogc.compile(model, tile_config=dataclasses.replace(INTERPRETER_TILES, pdl=True))
+    for pos in range(2):
+        (a, ta), (b, tb) = plain.step(3 + pos, pos), pdl.step(3 + pos, pos)
+        assert torch.equal(a, b) and ta == tb

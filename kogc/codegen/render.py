@@ -43,6 +43,9 @@ def render(schedule: Schedule, kernel_name: str = KERNEL_NAME, interpret: bool =
         # Triton 3.6's AMD backend swaps the cache operations of tensor atomics with sem= (FACTS.md)
         raise SchedulerError(f"parallel_waits uses tensor atomics with acquire semantics, which Triton 3.6 "
                              f"gets wrong on {schedule.target.name}; use the default (one event at a time)")
+    if cfg.pdl and not schedule.target.dependent_launch_asm:
+        raise SchedulerError(f"pdl (programmatic dependent launch) needs the target's griddepcontrol "
+                             f"instructions: {schedule.target.name} has none")
     ll = cfg.ll_act
     if ll:
         check_flagged_layout(schedule)
@@ -71,6 +74,8 @@ def render(schedule: Schedule, kernel_name: str = KERNEL_NAME, interpret: bool =
         row_prefetch_asm=schedule.target.l2_prefetch_asm if ahead and not interpret else "",
         row_lines=row_lines(schedule.row_width), parallel_waits=cfg.parallel_waits,
         acquire_asm="" if interpret else schedule.target.acquire_asm, dynamic=cfg.dynamic,
+        # (the interpreter runs one launch at a time: nothing to overlap, and no inline assembly)
+        dependent_launch_asm=schedule.target.dependent_launch_asm if cfg.pdl and not interpret else (),
         max_waits_pow2=next_pow2(max(schedule.max_waits, 2)))
 
 
