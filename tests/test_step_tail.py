@@ -102,15 +102,17 @@ def test_final_norm_split_refuses_what_it_cannot_do():
 
 
 def test_pdl_compiles_to_grid_dependency_control_and_refuses_what_it_cannot_do(tmp_path):
-    # programmatic dependent launch: one launch_dependents and one wait per program, before any task
-    # (PTX griddepcontrol, SASS PREEXIT / ACQBULK); none under the interpreter; refused without the
-    # instructions (MI300X)
+    # programmatic dependent launch: one launch_dependents per program, before any task (PTX
+    # griddepcontrol, SASS PREEXIT), and a wait for the previous step's token at a launch's first step
+    # (a second acquire of the token's event); none under the interpreter; refused without the
+    # instruction (MI300X) and with dynamic placement
     from kogc.codegen.aot import compile_kernel
     from kogc.codegen.render import KERNEL_NAME, render, signature
     from kogc.frontend import to_ir
     from kogc.scheduler import build_schedule
     from kogc.targets import H200, MI300X
     graph = to_ir(tiny(num_lanes=2, dtype=torch.float16))
+    acquires = {}
     for pdl in (False, True):
         s = build_schedule(graph, H200, tile_config=TileConfig(pdl=pdl))
         src = render(s)
@@ -121,18 +123,32 @@ def test_pdl_compiles_to_grid_dependency_control_and_refuses_what_it_cannot_do(t
         arts = compile_kernel(str(tmp_path / f"{pdl}.py"), KERNEL_NAME, sig, consts, "h200",
                               str(tmp_path / f"sm_90_{pdl}"), num_warps=H200.num_warps)
         ptx = open(arts["ptx"]).read()
-        assert ptx.count("griddepcontrol.launch_dependents;") == ptx.count("griddepcontrol.wait;") == int(pdl)
-        if pdl:   # both before the first load of the task table (the program's queue length)
-            assert ptx.index("griddepcontrol.wait;") < ptx.index("ld.global")
+        assert ptx.count("griddepcontrol.launch_dependents;") == int(pdl) and "griddepcontrol.wait" not in ptx
+        acquires[pdl] = len(re.findall(r"ld\.global\.(acquire\.gpu|gpu\.acquire)", ptx))
+        if pdl:   # before the first load of the task table (the program's queue length)
+            assert ptx.index("griddepcontrol.launch_dependents;") < ptx.index("ld.global")
+    assert acquires[True] > acquires[False]
     with pytest.raises(SchedulerError, match="pdl .* mi300x has none"):
         render(build_schedule(graph, MI300X, tile_config=TileConfig(pdl=True)))
+    with pytest.raises(SchedulerError, match="pdl: dynamic placement"):
+        render(build_schedule(graph, H200, tile_config=TileConfig(pdl=True, dynamic=True)))
 
 
 def test_pdl_under_the_interpreter_equals_the_kernel_without_it():
-    # the interpreter has no dependent launch: the option leaves the kernel's results alone there
+    # the interpreter has no dependent launch, but a launch's programs still wait for the previous
+    # launch's token: its epoch must be the one the previous launch (or an early EOS stop) left, or the
+    # wait times out. Steps, a generation stopped early at EOS, then steps again
     model = tiny(seed=5, num_lanes=2)
     plain = kogc.compile(model)
     pdl = kogc.compile(model, tile_config=dataclasses.replace(INTERPRETER_TILES, pdl=True))
+    assert pdl.source.count("_wait_event(CNT, ERR, SAMPLE_EV") == plain.source.count("_wait_event(CNT, ERR, SAMPLE_EV") + 1
     for pos in range(2):
         (a, ta), (b, tb) = plain.step(3 + pos, pos), pdl.step(3 + pos, pos)
+        assert torch.equal(a, b) and ta == tb
+    free = plain.generate([1, 2], 6)
+    eos = free[2]                                    # stops early, after at most 3 of 6 steps
+    stopped = free[:free.index(eos) + 1]
+    assert pdl.generate([1, 2], 6, eos_token_id=eos) == plain.generate([1, 2], 6, eos_token_id=eos) == stopped
+    for pos in range(2, 4):
+        (a, ta), (b, tb) = plain.step(7, pos), pdl.step(7, pos)
         assert torch.equal(a, b) and ta == tb

@@ -10,6 +10,7 @@ from ..scheduler import Schedule, SchedulerError
 from ..scheduler.fuse import is_pow2
 from ..scheduler.tile import ESIZE, next_pow2
 from ..scheduler import tasks as T
+from ..scheduler.check import check_step_closure
 from ..scheduler.schedule import HEADER
 
 KERNEL_NAME = "kogc_monokernel"
@@ -46,6 +47,11 @@ def render(schedule: Schedule, kernel_name: str = KERNEL_NAME, interpret: bool =
     if cfg.pdl and not schedule.target.dependent_launch_asm:
         raise SchedulerError(f"pdl (programmatic dependent launch) needs the target's griddepcontrol "
                              f"instructions: {schedule.target.name} has none")
+    if cfg.pdl and cfg.dynamic:
+        raise SchedulerError("pdl: dynamic placement zeroes its ticket between launches, so a launch cannot "
+                             "start before the previous one ends")
+    if cfg.pdl:     # a launch then starts once the previous step's token exists: every task must feed it
+        check_step_closure(schedule)
     ll = cfg.ll_act
     if ll:
         check_flagged_layout(schedule)
@@ -75,7 +81,8 @@ def render(schedule: Schedule, kernel_name: str = KERNEL_NAME, interpret: bool =
         row_lines=row_lines(schedule.row_width), parallel_waits=cfg.parallel_waits,
         acquire_asm="" if interpret else schedule.target.acquire_asm, dynamic=cfg.dynamic,
         # (the interpreter runs one launch at a time: nothing to overlap, and no inline assembly)
-        dependent_launch_asm=schedule.target.dependent_launch_asm if cfg.pdl and not interpret else (),
+        dependent_launch_asm=schedule.target.dependent_launch_asm if cfg.pdl and not interpret else "",
+        wait_previous_launch=cfg.pdl,       # (also under the interpreter: the epoch arithmetic is tested there)
         max_waits_pow2=next_pow2(max(schedule.max_waits, 2)))
 
 

@@ -97,10 +97,11 @@ class TileConfig:
                                       # 32 KB on a target with a prefetch instruction, else off. The three
                                       # together: -0.8% (tenth session; each alone within the noise)
     pdl: bool = False                 # programmatic dependent launch: each program lets the next launch start
-                                      # at once, and waits (griddepcontrol.wait) for the previous launch
-                                      # to finish before its first task: the next step's programs take
-                                      # their units as this step's leave, not after the whole grid ends
-                                      # and a new launch is processed. Needs Target.dependent_launch_asm
+                                      # at once, and a launch's programs wait for the previous launch's
+                                      # token (as a later step in one launch does) before their first
+                                      # task: they take their units as the previous step's programs leave,
+                                      # not after its whole grid has ended and the launch is processed.
+                                      # Needs Target.dependent_launch_asm
     kind_us: dict | None = None       # placement cost model: measured microseconds per task of each kind
                                       # (a profile's "matvec/rmsnorm/store": 2.7, ...); others: bytes.
                                       # None: the target's measured ones (Target.kind_us) with 32 KB
