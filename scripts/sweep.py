@@ -3,8 +3,8 @@
     python scripts/sweep.py --preset laneformer-2b --context 1024 --variants '[{"tile_bytes": 32768}, ...]'
     TRITON_INTERPRET=1 python scripts/sweep.py --preset tiny --context 8,16 --steps 2 --variants '[{}, {"attn_impl": "dot"}]'
 Each variant is a dict of TileConfig fields plus optional "programs_per_unit", "num_warps",
-"max_registers" (ptxas's cap per thread: 3 programs of 4 warps fit an SM at <= 168), "cooperative": false (launch
-without the cooperative attribute), "host_poll": true (launch as a
+"max_registers" (ptxas's cap per thread: 3 programs of 4 warps fit an SM at <= 168), "num_programs" (the grid,
+instead of programs_per_unit x SMs), "cooperative": false (launch without the cooperative attribute), "host_poll": true (launch as a
 streamed generation does: each step's count published system-wide) and "profile": true (or "detail": matvec bodies split into operands / compute / publish; with $OUT set, the stamps go to $OUT/task-times-<context>.npz, or task-times-<context>-v<i>.npz for the variant at index i > 0). `--context` takes a comma-separated list: every variant is timed at each.
 Correctness guard: at each context every variant's logits for the same token, position and KV cache
 are compared with eager PyTorch's and with the first variant's (relative error, same argmax), so a
@@ -76,10 +76,12 @@ def main():
         maxreg = v.pop("max_registers", None)
         host_poll = v.pop("host_poll", False)
         cooperative = v.pop("cooperative", True)
+        programs = v.pop("num_programs", None)      # the grid, overriding programs_per_unit
         cfg = dataclasses.replace(TileConfig(), **v)
         t0 = time.perf_counter()
         try:
-            ck = kogc.compile(model, tile_config=cfg, num_programs=H200.compute_units * ppu if gpu else None, profile=profile,
+            ck = kogc.compile(model, tile_config=cfg, num_programs=(programs or H200.compute_units * ppu) if gpu else None,
+                              profile=profile,
                               num_warps=warps, max_registers=maxreg, cooperative=cooperative)
         except Exception as e:
             print(f"{v} ppu={ppu}: FAILED {type(e).__name__}: {str(e)[:300]}", flush=True)
@@ -113,7 +115,8 @@ def main():
             rel_eager = float((logits.float().cpu() - e_logits).norm() / e_logits.norm())
             floor = bytes_per_token(ck, context + args.steps // 2)
             med = sorted(ms)[1]
-            row = {"variant": v, "context": context, "programs_per_unit": ppu, "num_warps": warps,
+            row = {"variant": v, "context": context, "programs_per_unit": ppu, "num_programs": ck.schedule.num_programs,
+                   "num_warps": warps,
                    "max_registers": maxreg,
                    "profile": profile, "host_poll": host_poll, "ms": ms, "ms_median": med, "tok_per_s": 1e3 / med,
                    "generate_ms": gen, "generate_ms_median": sorted(gen)[1],
@@ -134,7 +137,7 @@ def main():
                     chrome_trace(ck, os.path.join(os.environ["OUT"], f"trace-{tag}.json"))
                     ids, ts = timestamps(ck)       # per task: for scripts/critical_path.py --task-times
                     np.savez_compressed(os.path.join(os.environ["OUT"], f"task-times-{tag}.npz"), ids=ids, ts=ts)
-            print(f"{v} ppu={ppu} context {context}: {med:.3f} ms, in one launch {row['generate_ms_median']:.3f} ms "
+            print(f"{v} programs={ck.schedule.num_programs}{'' if cooperative else ' not cooperative'} context {context}: {med:.3f} ms, in one launch {row['generate_ms_median']:.3f} ms "
                   f"({row['tok_per_s']:.0f} tok/s, "
                   f"{row['of_floor']:.0%} of floor), {row['tasks']} tasks, {row['waits']} waits, "
                   f"regs/spills {row['regs_spills']}, vs eager: rel err {rel_eager:.1e}, same token {tok == e_tok}; "
