@@ -82,6 +82,7 @@ def render(schedule: Schedule, kernel_name: str = KERNEL_NAME, interpret: bool =
         acquire_asm="" if interpret else schedule.target.acquire_asm, dynamic=cfg.dynamic,
         # (the interpreter runs one launch at a time: nothing to overlap, and no inline assembly)
         dependent_launch_asm=schedule.target.dependent_launch_asm if cfg.pdl and not interpret else "",
+        sleep_asm="" if interpret else schedule.target.sleep_asm,
         wait_previous_launch=cfg.pdl,       # (also under the interpreter: the epoch arithmetic is tested there)
         max_waits_pow2=next_pow2(max(schedule.max_waits, 2)))
 
