@@ -141,7 +141,7 @@ def test_pdl_under_the_interpreter_equals_the_kernel_without_it():
     model = tiny(seed=5, num_lanes=2)
     plain = kogc.compile(model)
     pdl = kogc.compile(model, tile_config=dataclasses.replace(INTERPRETER_TILES, pdl=True))
-    assert "_wait_quietly(CNT, ERR, SAMPLE_EV" in pdl.source and "_wait_quietly(CNT" not in plain.source
+    assert "_wait_quietly(CNT, ERR, SAMPLE_EV" in pdl.source and "_wait_quietly(CNT, ERR, SAMPLE_EV" not in plain.source
     for pos in range(2):
         (a, ta), (b, tb) = plain.step(3 + pos, pos), pdl.step(3 + pos, pos)
         assert torch.equal(a, b) and ta == tb
