@@ -97,7 +97,7 @@ def main():
                 gen = [x / args.steps for x in time_steps(
                     lambda i: ck.launch(1, context + 1, nsteps=args.steps, host_poll=host_poll), 1, 3, dev, warmup=1)]
                 # back to back, as timed: 16 launches, each reading the cache rows the ones before wrote
-                # (a launch that overlaps its predecessor, pdl, must still see them), from the same cache
+                # (a launch that overlapped its predecessor would have to see them), from the same cache
                 set_cache(context)
                 fill_kv_from(ck, model)
                 for i in range(16):

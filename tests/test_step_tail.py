@@ -101,54 +101,45 @@ def test_final_norm_split_refuses_what_it_cannot_do():
             render(build_schedule(graph, H200, tile_config=cfg))
 
 
-def test_pdl_compiles_to_grid_dependency_control_and_refuses_what_it_cannot_do(tmp_path):
-    # programmatic dependent launch: one launch_dependents per program, before any task (PTX
-    # griddepcontrol, SASS PREEXIT), and a wait for the previous step's token at a launch's first step
-    # (a second acquire of the token's event); none under the interpreter; refused without the
-    # instruction (MI300X) and with dynamic placement
+def test_barrier_prefetch_asks_l2_for_the_tiles_after_the_first_layers_barrier(tmp_path):
+    # each program's range starts at its first task that waits on an all-lane residual (the first
+    # layer's early comm), in its own stream; WOFF carries the starts after the stream offsets; the
+    # kernel asks L2 for them at a step's end (more prefetches in the PTX); the interpreter's results
+    # are the kernel's without it (a prefetch changes no value)
     from kogc.codegen.aot import compile_kernel
     from kogc.codegen.render import KERNEL_NAME, render, signature
     from kogc.frontend import to_ir
+    from kogc.runtime.buffers import barrier_prefetch_starts
     from kogc.scheduler import build_schedule
     from kogc.targets import H200, MI300X
-    graph = to_ir(tiny(num_lanes=2, dtype=torch.float16))
-    acquires = {}
-    for pdl in (False, True):
-        s = build_schedule(graph, H200, tile_config=TileConfig(pdl=pdl))
-        src = render(s)
-        assert ("griddepcontrol" in src) == pdl
-        assert "griddepcontrol" not in render(s, interpret=True)
-        (tmp_path / f"{pdl}.py").write_text(src)
+    model = tiny(seed=9, num_lanes=2, dtype=torch.float16)
+    graph = to_ir(model)
+    s = build_schedule(graph, H200, tile_config=TileConfig(barrier_prefetch=4096))
+    starts = barrier_prefetch_starts(s)
+    residual = {t.id for t in s.tasks if t.kind == "residual"}
+    assert residual, "the tiny preset has the first layer's all-lane residuals"
+    for p, q in enumerate(s.queues):
+        weighted = [s.tasks[i] for i in q if s.tasks[i].weight]
+        first = next((k for k, t in enumerate(weighted) if residual & set(t.all_deps)), len(weighted))
+        assert starts[p] == sum(t.weight.numel for t in weighted[:first])
+    assert any(starts[p] < sum(s.tasks[i].weight.numel for i in q if s.tasks[i].weight)
+               for p, q in enumerate(s.queues))
+    counts = {}
+    for nbytes in (0, 4096):
+        s = build_schedule(graph, H200, tile_config=TileConfig(barrier_prefetch=nbytes))
+        (tmp_path / f"{nbytes}.py").write_text(render(s))
         sig, consts = signature(s)
-        arts = compile_kernel(str(tmp_path / f"{pdl}.py"), KERNEL_NAME, sig, consts, "h200",
-                              str(tmp_path / f"sm_90_{pdl}"), num_warps=H200.num_warps)
-        ptx = open(arts["ptx"]).read()
-        assert ptx.count("griddepcontrol.launch_dependents;") == int(pdl) and "griddepcontrol.wait" not in ptx
-        acquires[pdl] = len(re.findall(r"ld\.global\.(acquire\.gpu|gpu\.acquire)", ptx))
-        if pdl:   # before the first load of the task table (the program's queue length)
-            assert ptx.index("griddepcontrol.launch_dependents;") < ptx.index("ld.global")
-    assert acquires[True] > acquires[False]
-    with pytest.raises(SchedulerError, match="pdl .* mi300x has none"):
-        render(build_schedule(graph, MI300X, tile_config=TileConfig(pdl=True)))
-    with pytest.raises(SchedulerError, match="pdl: dynamic placement"):
-        render(build_schedule(graph, H200, tile_config=TileConfig(pdl=True, dynamic=True)))
-
-
-def test_pdl_under_the_interpreter_equals_the_kernel_without_it():
-    # the interpreter has no dependent launch, but a launch's programs still wait for the previous
-    # launch's token: its epoch must be the one the previous launch (or an early EOS stop) left, or the
-    # wait times out. Steps, a generation stopped early at EOS, then steps again
-    model = tiny(seed=5, num_lanes=2)
+        arts = compile_kernel(str(tmp_path / f"{nbytes}.py"), KERNEL_NAME, sig, consts, "h200",
+                              str(tmp_path / f"sm_90_{nbytes}"), num_warps=H200.num_warps)
+        counts[nbytes] = open(arts["ptx"]).read().count("prefetch.global.L2")
+    assert counts[4096] > counts[0]
+    with pytest.raises(SchedulerError, match="barrier_prefetch: target mi300x has no prefetch"):
+        render(build_schedule(graph, MI300X, tile_config=TileConfig(barrier_prefetch=4096)))
+    with pytest.raises(SchedulerError, match="barrier_prefetch asks L2"):
+        render(build_schedule(graph, H200, tile_config=TileConfig(barrier_prefetch=4096, dynamic=True)))
     plain = kogc.compile(model)
-    pdl = kogc.compile(model, tile_config=dataclasses.replace(INTERPRETER_TILES, pdl=True))
-    assert "_wait_quietly(CNT, ERR, SAMPLE_EV" in pdl.source and "_wait_quietly(CNT, ERR, SAMPLE_EV" not in plain.source
+    pre = kogc.compile(model, tile_config=dataclasses.replace(INTERPRETER_TILES, barrier_prefetch=4096))
+    assert pre.buffers.WOFF.numel() == 2 * len(pre.schedule.queues) + 1
     for pos in range(2):
-        (a, ta), (b, tb) = plain.step(3 + pos, pos), pdl.step(3 + pos, pos)
-        assert torch.equal(a, b) and ta == tb
-    free = plain.generate([1, 2], 6)
-    eos = free[2]                                    # stops early, after at most 3 of 6 steps
-    stopped = free[:free.index(eos) + 1]
-    assert pdl.generate([1, 2], 6, eos_token_id=eos) == plain.generate([1, 2], 6, eos_token_id=eos) == stopped
-    for pos in range(2, 4):
-        (a, ta), (b, tb) = plain.step(7, pos), pdl.step(7, pos)
+        (a, ta), (b, tb) = plain.step(2 + pos, pos), pre.step(2 + pos, pos)
         assert torch.equal(a, b) and ta == tb

@@ -10,7 +10,6 @@ from ..scheduler import Schedule, SchedulerError
 from ..scheduler.fuse import is_pow2
 from ..scheduler.tile import ESIZE, next_pow2
 from ..scheduler import tasks as T
-from ..scheduler.check import check_step_closure
 from ..scheduler.schedule import HEADER
 
 KERNEL_NAME = "kogc_monokernel"
@@ -32,6 +31,10 @@ def render(schedule: Schedule, kernel_name: str = KERNEL_NAME, interpret: bool =
     ahead = cfg.read_ahead
     attn_prefetch = attention_prefetch_asm(schedule)     # checked even for the interpreter, which has no asm
     step_prefetch = prefetch_elements(schedule, "step_prefetch")
+    barrier_prefetch = prefetch_elements(schedule, "barrier_prefetch")
+    if cfg.dynamic and barrier_prefetch:
+        raise SchedulerError("barrier_prefetch asks L2 for a program's own weight stream, which dynamic placement "
+                             "(tasks by ticket) does not have")
     if cfg.dynamic and (cfg.read_ahead or cfg.l2_prefetch):
         raise SchedulerError("dynamic placement takes tasks by ticket: read_ahead and l2_prefetch read a "
                              "program's next queue entry, which it does not have")
@@ -44,14 +47,6 @@ def render(schedule: Schedule, kernel_name: str = KERNEL_NAME, interpret: bool =
         # Triton 3.6's AMD backend swaps the cache operations of tensor atomics with sem= (FACTS.md)
         raise SchedulerError(f"parallel_waits uses tensor atomics with acquire semantics, which Triton 3.6 "
                              f"gets wrong on {schedule.target.name}; use the default (one event at a time)")
-    if cfg.pdl and not schedule.target.dependent_launch_asm:
-        raise SchedulerError(f"pdl (programmatic dependent launch) needs the target's griddepcontrol "
-                             f"instructions: {schedule.target.name} has none")
-    if cfg.pdl and cfg.dynamic:
-        raise SchedulerError("pdl: dynamic placement zeroes its ticket between launches, so a launch cannot "
-                             "start before the previous one ends")
-    if cfg.pdl:     # a launch then starts once the previous step's token exists: every task must feed it
-        check_step_closure(schedule)
     ll = cfg.ll_act
     if ll:
         check_flagged_layout(schedule)
@@ -70,6 +65,7 @@ def render(schedule: Schedule, kernel_name: str = KERNEL_NAME, interpret: bool =
         prefetch_elems=prefetch_elements(schedule), line_elems=128 // ESIZE[schedule.dtype],
         # (checked under the interpreter too, where a prefetch, which changes no value, is left out)
         step_prefetch_elems=0 if interpret else step_prefetch, argmax_atomic=cfg.argmax_atomic,
+        barrier_prefetch_elems=0 if interpret else barrier_prefetch, num_programs_const=len(schedule.queues),
         token_keys=T.TOKEN_KEYS, final_norm_2d=cfg.final_norm_2d,
         table_ahead=ahead, header_ahead=cfg.header_ahead,
         wait_hdr="wn, wev, wneed, " if ahead else "",     # a task's waits read a task ahead (read_ahead)
@@ -80,10 +76,6 @@ def render(schedule: Schedule, kernel_name: str = KERNEL_NAME, interpret: bool =
         row_prefetch_asm=schedule.target.l2_prefetch_asm if ahead and not interpret else "",
         row_lines=row_lines(schedule.row_width), parallel_waits=cfg.parallel_waits,
         acquire_asm="" if interpret else schedule.target.acquire_asm, dynamic=cfg.dynamic,
-        # (the interpreter runs one launch at a time: nothing to overlap, and no inline assembly)
-        dependent_launch_asm=schedule.target.dependent_launch_asm if cfg.pdl and not interpret else "",
-        sleep_asm="" if interpret else schedule.target.sleep_asm,
-        wait_previous_launch=cfg.pdl,       # (also under the interpreter: the epoch arithmetic is tested there)
         max_waits_pow2=next_pow2(max(schedule.max_waits, 2)))
 
 
@@ -146,7 +138,8 @@ STEP_PREFETCH_DEFAULT = 32 * 1024    # TileConfig.step_prefetch=None on a target
 
 def prefetch_elements(schedule: Schedule, option: str = "l2_prefetch") -> int:
     """Elements of the weight stream (whole 128-byte lines) a TileConfig prefetch option asks L2 for:
-    l2_prefetch (a matvec, ahead of its tile) or step_prefetch (a program, at the end of a step)."""
+    l2_prefetch (a matvec, ahead of its tile), step_prefetch or barrier_prefetch (a program, at the end of
+    a step)."""
     nbytes = getattr(schedule.tile_config, option)
     if nbytes is None:      # the default: where the target has the instruction
         nbytes = STEP_PREFETCH_DEFAULT if schedule.target.l2_prefetch_asm and not schedule.tile_config.dynamic else 0

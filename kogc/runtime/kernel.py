@@ -104,9 +104,8 @@ class CompiledKernel:
                                     SAMPLE_EV=schedule.sample_event)
         if not interpret:
             # cooperative: the driver refuses a grid whose programs cannot all be resident at once (the
-            # spin waits need that); pdl: the launch may begin before the previous one has ended
-            self._launch_options.update(num_warps=self.num_warps, launch_cooperative_grid=cooperative,
-                                        launch_pdl=schedule.tile_config.pdl)
+            # spin waits need that)
+            self._launch_options.update(num_warps=self.num_warps, launch_cooperative_grid=cooperative)
             if max_registers:   # ptxas cap: fewer registers per thread lets more programs share an SM
                 self._launch_options["maxnreg"] = max_registers
 

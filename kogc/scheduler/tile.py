@@ -96,12 +96,11 @@ class TileConfig:
                                       # next launch starts and the embed runs, HBM is idle); 0: off; None:
                                       # 32 KB on a target with a prefetch instruction, else off. The three
                                       # together: -0.8% (tenth session; each alone within the noise)
-    pdl: bool = False                 # programmatic dependent launch: each program lets the next launch start
-                                      # at once, and a launch's programs wait for the previous launch's
-                                      # token (as a later step in one launch does) before their first
-                                      # task: they take their units as the previous step's programs leave,
-                                      # not after its whole grid has ended and the launch is processed.
-                                      # Needs Target.dependent_launch_asm
+    barrier_prefetch: int = 0         # bytes of each program's weight stream, from its first task that waits
+                                      # on an all-lane residual (early comm: the first layer's barriers),
+                                      # asked of L2 at the end of a step. In the first layer every lane
+                                      # waits for all lanes' attention, and HBM idles for ~15 of the first
+                                      # 30 us (tenth session's profile) while the MLP's weights wait
     kind_us: dict | None = None       # placement cost model: measured microseconds per task of each kind
                                       # (a profile's "matvec/rmsnorm/store": 2.7, ...); others: bytes.
                                       # None: the target's measured ones (Target.kind_us) with 32 KB

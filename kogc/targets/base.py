@@ -26,9 +26,6 @@ class Target:
     acquire_asm: str = ""        # inline asm: $0 = an acquire load (gpu scope) of the int32 at $1; "" = none
     ll_store_asm: str = ""       # inline asm: one 8-byte store of $2 at $1 that a volatile load sees whole
                                  # ($0: a dummy), for flagged activations (ll_act); "" = tl.store
-    sleep_asm: str = ""              # inline asm pausing a spinning thread briefly ($0: a dummy); "" = none
-    dependent_launch_asm: str = ""   # inline asm letting the next launch start before this one ends
-                                     # ($0: a dummy), for programmatic dependent launch (TileConfig.pdl)
     kind_us: tuple = ()          # placement cost model: (task kind, measured us per task) pairs for the
                                  # default 32 KB tiles (TileConfig.kind_us); () = the bytes model only
     max_registers: int | None = None   # ptxas cap per thread (None: the compiler's choice), so that
