@@ -4,7 +4,10 @@ phase's last end to their own last end; averaged over lanes and the inner layers
 phase's last task started its body and when its median task ended (both after the previous phase's
 end: a late last body with an early median is a straggler tail, queued behind other tasks).
 
-    python scripts/layer_phases.py --task-times docs/results/2026-11-30-task-times-2b-1024-s8.npz [--preset laneformer-2b] [--tile-config JSON]
+    python scripts/layer_phases.py --task-times docs/results/2026-11-30-task-times-2b-1024-s8.npz [--preset laneformer-2b] [--tile-config JSON] [--first-layers 3]
+
+--first-layers N adds the step's first N layers with all lanes together (the first layer's early comm
+holds every lane in step) and the weight bytes per 5 us over their time: when HBM idles.
 """
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [os.path.join(ROOT, "examples"), ROOT]
 
 from kogc.runtime.profile import kind_key, load_stamps  # noqa: E402
+from kogc.scheduler.tile import ESIZE  # noqa: E402
 
 # task kind (profile.kind_key) -> the phase of a layer it belongs to
 PHASE_OF = {"matvec/rmsnorm/rope_store": "QKV", "matvec/rmsnorm/rope_cache": "QKV", "matvec/rmsnorm/cache": "QKV",
@@ -57,6 +61,34 @@ def layer_phases(schedule, ids: np.ndarray, ts: np.ndarray) -> list[dict]:
     return [{"phase": p, **{k: float(np.mean(v)) for k, v in acc[p].items()}} for p in PHASES]
 
 
+def first_layers(schedule, ids: np.ndarray, ts: np.ndarray, n: int = 3) -> list[dict]:
+    """The step's first `n` layers, all lanes together (where the early comm's all-lane barriers
+    hold every lane in step): per (layer, phase), its first task's start and its last task's end, us
+    from the step's first stamp."""
+    span = defaultdict(lambda: [np.inf, -np.inf])
+    us = ts / 1e3
+    for j, tid in enumerate(ids):
+        t = schedule.tasks[int(tid)]
+        phase = PHASE_OF.get(kind_key(t))
+        if phase is not None and t.layer is not None and t.layer < n:
+            a = span[(t.layer, phase)]
+            a[0], a[1] = min(a[0], us[j, 0]), max(a[1], us[j, 2])
+    return [{"layer": layer, "phase": p, "start": span[(layer, p)][0], "end": span[(layer, p)][1]}
+            for layer in range(n) for p in PHASES if (layer, p) in span]
+
+
+def weight_rate(schedule, ids: np.ndarray, ts: np.ndarray, until_us: float, width_us: float = 5.0) -> list[float]:
+    """TB/s of weight bytes per `width_us` window up to `until_us`, each task's tile counted in the
+    window its body ends in (a coarse view of when HBM is busy)."""
+    out = np.zeros(int(np.ceil(until_us / width_us)))
+    for j, tid in enumerate(ids):
+        w = schedule.tasks[int(tid)].weight
+        k = int(ts[j, 2] / 1e3 // width_us)
+        if w is not None and k < len(out):
+            out[k] += w.numel * ESIZE[schedule.dtype]
+    return [float(b / (width_us * 1e-6) / 1e12) for b in out]
+
+
 def main(argv=None) -> list[dict]:
     import laneformer as lf
 
@@ -68,6 +100,8 @@ def main(argv=None) -> list[dict]:
     ap.add_argument("--task-times", required=True, help=".npz of per-task stamps (scripts/sweep.py with \"profile\": true)")
     ap.add_argument("--preset", default="laneformer-2b")
     ap.add_argument("--tile-config", help="JSON of TileConfig fields the profiled kernel was compiled with")
+    ap.add_argument("--first-layers", type=int, default=0, metavar="N",
+                    help="also the step's first N layers, all lanes together, and the weight rate over their time")
     args = ap.parse_args(argv)
     cfg = tile_config_from_json(args.tile_config) if args.tile_config else TileConfig()
     schedule = build_schedule(to_ir(lf.kogc_model(args.preset, seed=0)), get_target("h200"), "parallel", cfg)
@@ -79,6 +113,13 @@ def main(argv=None) -> list[dict]:
         print(f"| {r['phase']} | {r['tasks']:.0f} | {r['span']:.1f} | {r['body']:.2f} | {r['last_body_start']:.1f} "
               f"| {r['median_end']:.1f} |")
     print(f"| layer | | {sum(r['span'] for r in rows):.1f} | | | |")
+    if args.first_layers:
+        first = first_layers(schedule, ids, ts, args.first_layers)
+        print("\n| layer | phase | first start (us) | last end (us) |\n|---|---|---|---|")
+        for r in first:
+            print(f"| {r['layer']} | {r['phase']} | {r['start']:.1f} | {r['end']:.1f} |")
+        rate = weight_rate(schedule, ids, ts, max(r["end"] for r in first))
+        print("\nweight TB/s per 5 us (by task end): " + " ".join(f"{x:.2f}" for x in rate))
     return rows
 
 

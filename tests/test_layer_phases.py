@@ -11,6 +11,7 @@ import layer_phases as lp  # noqa: E402
 from kogc.frontend import to_ir  # noqa: E402
 from kogc.runtime.profile import kind_key  # noqa: E402
 from kogc.scheduler import build_schedule  # noqa: E402
+from kogc.scheduler.tile import ESIZE  # noqa: E402
 from kogc.targets import get_target  # noqa: E402
 
 
@@ -36,3 +37,21 @@ def test_phases_add_up_to_the_layer():
                                      and lp.PHASE_OF.get(kind_key(u)) == "W2") for t in s.tasks if t.layer is not None}
     layer_us = np.mean([w2_end[(lane, layer)] - w2_end[(lane, layer - 1)] for lane in (0, 1) for layer in (1, 2)])
     assert abs(sum(r["span"] for r in phases) - layer_us) < 1e-9
+
+
+def test_first_layers_and_weight_rate():
+    # the same back-to-back queue: each (layer, phase) spans its first task's start to its last task's
+    # end, and the weight rate puts every tile in the window its task ends in (all bytes counted once)
+    s = build_schedule(to_ir(tiny(num_lanes=2, num_hidden_layers=3)), get_target("h200"), "sequential")
+    ids = np.array(s.queues[0])
+    ts = np.array([[k * 1500, k * 1500 + 500, k * 1500 + 1500] for k in range(len(ids))], dtype=np.int64)
+    rows = lp.first_layers(s, ids, ts, 2)
+    assert {r["layer"] for r in rows} == {0, 1} and all(r["end"] > r["start"] for r in rows)
+    for r in rows:
+        ks = [k for k, tid in enumerate(ids) if s.tasks[tid].layer == r["layer"]
+              and lp.PHASE_OF.get(kind_key(s.tasks[tid])) == r["phase"]]
+        assert r["start"] == ks[0] * 1.5 and r["end"] == ks[-1] * 1.5 + 1.5
+    end = len(ids) * 1.5
+    rate = lp.weight_rate(s, ids, ts, end + 5, width_us=5.0)
+    total = sum(t.weight.numel for t in s.tasks if t.weight) * ESIZE[s.dtype]
+    assert abs(sum(x * 5e-6 * 1e12 for x in rate) - total) < 1e-3 * total
