@@ -109,7 +109,7 @@ def test_barrier_prefetch_asks_l2_for_the_tiles_after_the_first_layers_barrier(t
     from kogc.codegen.aot import compile_kernel
     from kogc.codegen.render import KERNEL_NAME, render, signature
     from kogc.frontend import to_ir
-    from kogc.runtime.buffers import barrier_prefetch_starts
+    from kogc.scheduler.prefetch import barrier_prefetch_starts
     from kogc.scheduler import build_schedule
     from kogc.targets import H200, MI300X
     model = tiny(seed=9, num_lanes=2, dtype=torch.float16)
@@ -142,4 +142,48 @@ def test_barrier_prefetch_asks_l2_for_the_tiles_after_the_first_layers_barrier(t
     assert pre.buffers.WOFF.numel() == 2 * len(pre.schedule.queues) + 1
     for pos in range(2):
         (a, ta), (b, tb) = plain.step(2 + pos, pos), pre.step(2 + pos, pos)
+        assert torch.equal(a, b) and ta == tb
+
+
+def test_arrival_prefetch_flags_the_first_task_of_each_run_behind_a_barrier(tmp_path):
+    # the table flags (in the lane field) each task that waits on an all-lane task (a residual, the
+    # final norm) when the task before it on its program does not; the kernel strips the flag (the
+    # interpreter's results equal the kernel's without the option) and asks L2 there (PTX prefetches)
+    from kogc.codegen.aot import compile_kernel
+    from kogc.codegen.render import KERNEL_NAME, render, signature
+    from kogc.frontend import to_ir
+    from kogc.scheduler import build_schedule
+    from kogc.scheduler.prefetch import ARRIVE_FLAG, BARRIER_KINDS, arrival_slots
+    from kogc.targets import H200, MI300X
+    model = tiny(seed=4, num_lanes=2, dtype=torch.float16)
+    graph = to_ir(model)
+    s = build_schedule(graph, H200, tile_config=TileConfig(arrival_prefetch=4096))
+    barrier = {t.id for t in s.tasks if t.kind in BARRIER_KINDS}
+    behind = [bool(barrier & set(t.all_deps)) and t.weight is not None for t in s.tasks]
+    table, _ = s.table()
+    runs = arrival_slots(s)
+    assert sum(map(len, runs)) >= 2         # the LM head behind the final norm, the MLP behind a residual
+    for p, q in enumerate(s.queues):
+        want = [k for k, tid in enumerate(q) if behind[tid] and not (k and behind[q[k - 1]])]
+        assert runs[p] == want
+        flagged = [k for k in range(len(q)) if table[p, k, 1] >= ARRIVE_FLAG // 2]
+        assert flagged == want and all(table[p, k, 1] - ARRIVE_FLAG == s.tasks[q[k]].lane for k in want)
+    counts = {}
+    for nbytes in (0, 4096):
+        s = build_schedule(graph, H200, tile_config=TileConfig(arrival_prefetch=nbytes))
+        (tmp_path / f"{nbytes}.py").write_text(render(s))
+        sig, consts = signature(s)
+        arts = compile_kernel(str(tmp_path / f"{nbytes}.py"), KERNEL_NAME, sig, consts, "h200",
+                              str(tmp_path / f"sm_90_{nbytes}"), num_warps=H200.num_warps)
+        counts[nbytes] = open(arts["ptx"]).read().count("prefetch.global.L2")
+    assert counts[4096] > counts[0]
+    with pytest.raises(SchedulerError, match="arrival_prefetch: target mi300x has no prefetch"):
+        render(build_schedule(graph, MI300X, tile_config=TileConfig(arrival_prefetch=4096)))
+    with pytest.raises(SchedulerError, match="arrival_prefetch asks L2"):
+        render(build_schedule(graph, H200, tile_config=TileConfig(arrival_prefetch=4096, dynamic=True)))
+    plain = kogc.compile(model)
+    pre = kogc.compile(model, tile_config=dataclasses.replace(INTERPRETER_TILES, arrival_prefetch=4096))
+    assert "ARRIVE_FLAG" in pre.source
+    for pos in range(2):
+        (a, ta), (b, tb) = plain.step(6 + pos, pos), pre.step(6 + pos, pos)
         assert torch.equal(a, b) and ta == tb

@@ -11,6 +11,7 @@ from ..scheduler.fuse import is_pow2
 from ..scheduler.tile import ESIZE, next_pow2
 from ..scheduler import tasks as T
 from ..scheduler.schedule import HEADER
+from ..scheduler.prefetch import ARRIVE_FLAG
 
 KERNEL_NAME = "kogc_monokernel"
 _ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(os.path.join(os.path.dirname(__file__), "templates")),
@@ -32,9 +33,11 @@ def render(schedule: Schedule, kernel_name: str = KERNEL_NAME, interpret: bool =
     attn_prefetch = attention_prefetch_asm(schedule)     # checked even for the interpreter, which has no asm
     step_prefetch = prefetch_elements(schedule, "step_prefetch")
     barrier_prefetch = prefetch_elements(schedule, "barrier_prefetch")
-    if cfg.dynamic and barrier_prefetch:
-        raise SchedulerError("barrier_prefetch asks L2 for a program's own weight stream, which dynamic placement "
-                             "(tasks by ticket) does not have")
+    arrival_prefetch = prefetch_elements(schedule, "arrival_prefetch")
+    for name, on in (("barrier_prefetch", barrier_prefetch), ("arrival_prefetch", arrival_prefetch)):
+        if cfg.dynamic and on:
+            raise SchedulerError(f"{name} asks L2 for a program's own weight stream, which dynamic placement "
+                                 f"(tasks by ticket) does not have")
     if cfg.dynamic and (cfg.read_ahead or cfg.l2_prefetch):
         raise SchedulerError("dynamic placement takes tasks by ticket: read_ahead and l2_prefetch read a "
                              "program's next queue entry, which it does not have")
@@ -66,6 +69,8 @@ def render(schedule: Schedule, kernel_name: str = KERNEL_NAME, interpret: bool =
         # (checked under the interpreter too, where a prefetch, which changes no value, is left out)
         step_prefetch_elems=0 if interpret else step_prefetch, argmax_atomic=cfg.argmax_atomic,
         barrier_prefetch_elems=0 if interpret else barrier_prefetch, num_programs_const=len(schedule.queues),
+        # (the table flags arrival_prefetch's tasks in their lane field whether or not the kernel prefetches)
+        arrival_flag=ARRIVE_FLAG if arrival_prefetch else 0, arrival_prefetch_elems=0 if interpret else arrival_prefetch,
         token_keys=T.TOKEN_KEYS, final_norm_2d=cfg.final_norm_2d,
         table_ahead=ahead, header_ahead=cfg.header_ahead,
         wait_hdr="wn, wev, wneed, " if ahead else "",     # a task's waits read a task ahead (read_ahead)
@@ -139,7 +144,7 @@ STEP_PREFETCH_DEFAULT = 32 * 1024    # TileConfig.step_prefetch=None on a target
 def prefetch_elements(schedule: Schedule, option: str = "l2_prefetch") -> int:
     """Elements of the weight stream (whole 128-byte lines) a TileConfig prefetch option asks L2 for:
     l2_prefetch (a matvec, ahead of its tile), step_prefetch or barrier_prefetch (a program, at the end of
-    a step)."""
+    a step), arrival_prefetch (a program, reaching a task after an all-lane barrier)."""
     nbytes = getattr(schedule.tile_config, option)
     if nbytes is None:      # the default: where the target has the instruction
         nbytes = STEP_PREFETCH_DEFAULT if schedule.target.l2_prefetch_asm and not schedule.tile_config.dynamic else 0

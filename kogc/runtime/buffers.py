@@ -9,13 +9,14 @@ import torch
 from ..ir.executor import TORCH_DTYPES, rope_angles
 from ..ir.graph import Op
 from ..scheduler import Schedule
+from ..scheduler.prefetch import prefetch_points
 
 
 @dataclass
 class Buffers:
     W: torch.Tensor       # all programs' weight streams, one after another
     WOFF: torch.Tensor    # int64 [programs + 1]: where each program's stream starts; the last: the end
-                          # (with barrier_prefetch, then [programs]: barrier_prefetch_starts in W)
+                          # then, per prefetch option on, its points (scheduler.prefetch_points)
     TABLE: torch.Tensor
     QLEN: torch.Tensor
     ACT: torch.Tensor
@@ -77,27 +78,8 @@ def pack_weights(schedule: Schedule, weights: dict[str, torch.Tensor], device) -
             tile = (src[w.lane] if w.lane >= 0 else src)[w.row0:w.row0 + w.rows]
             stream[at:at + w.numel] = tile.reshape(-1)
             at += w.numel
-    if schedule.tile_config.barrier_prefetch:
-        offsets = np.concatenate([offsets, offsets[:-1] + barrier_prefetch_starts(schedule)])
+    offsets = np.concatenate([offsets, *prefetch_points(schedule, offsets)])
     return stream.to(device), torch.tensor(offsets, dtype=torch.int64, device=device)
-
-
-def barrier_prefetch_starts(schedule: Schedule) -> np.ndarray:
-    """Per program: where, in its own stream, the weights of its first task that waits on an all-lane
-    residual task start (TileConfig.barrier_prefetch); its stream's length if it has none."""
-    residual = {t.id for t in schedule.tasks if t.kind == "residual"}
-    starts = []
-    for q in schedule.queues:
-        at, found = 0, None
-        for tid in q:
-            t = schedule.tasks[tid]
-            if t.weight is None:
-                continue
-            if found is None and residual.intersection(t.all_deps):
-                found = at
-            at += t.weight.numel
-        starts.append(at if found is None else found)
-    return np.array(starts, dtype=np.int64)
 
 
 def allocate(schedule: Schedule, weights: dict[str, torch.Tensor], device, profile: bool | str = False) -> Buffers:

@@ -16,6 +16,7 @@ from .deps import Event, derive, merge_events
 from .errors import SchedulerError
 from .fuse import FusedOp, fuse
 from .place import bytes_model_seconds, place_parallel, place_sequential
+from .prefetch import ARRIVE_FLAG, arrival_slots
 from .tasks import NARGS, Task
 from .tile import ESIZE, Layout, TileConfig, tile
 
@@ -81,10 +82,12 @@ class Schedule:
         vid = {v: i for i, v in enumerate(self.variants)}
         P, maxlen, W = len(self.queues), max(len(q) for q in self.queues), self.row_width
         table = np.zeros((P, maxlen, W), dtype=np.int32)
+        arrive = [set(s) for s in arrival_slots(self)] if self.tile_config.arrival_prefetch else [set()] * P
         for p, q in enumerate(self.queues):
             for i, tid in enumerate(q):
                 t = self.tasks[tid]
-                row = [vid[t.variant], t.lane, t.group if t.group in self.published else -1, len(t.waits)] + t.args
+                lane = t.lane + (ARRIVE_FLAG if i in arrive[p] else 0)
+                row = [vid[t.variant], lane, t.group if t.group in self.published else -1, len(t.waits)] + t.args
                 for g, need in t.waits:
                     row += [g, need]
                 table[p, i, :len(row)] = row

@@ -101,6 +101,12 @@ class TileConfig:
                                       # asked of L2 at the end of a step. In the first layer every lane
                                       # waits for all lanes' attention, and HBM idles for ~15 of the first
                                       # 30 us (tenth session's profile) while the MLP's weights wait
+    arrival_prefetch: int = 0         # bytes of its weight stream (from the task's own tile) a program asks L2
+                                      # for when it reaches its first task of a run that waits on an
+                                      # all-lane task (a residual of the first layer, the final norm):
+                                      # such a task waits long, behind every lane, while HBM has room
+                                      # (the first layer; the last layer's tail and the final norm,
+                                      # before the LM head). Up to ARRIVAL_RUNS runs per program
     kind_us: dict | None = None       # placement cost model: measured microseconds per task of each kind
                                       # (a profile's "matvec/rmsnorm/store": 2.7, ...); others: bytes.
                                       # None: the target's measured ones (Target.kind_us) with 32 KB
