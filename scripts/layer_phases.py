@@ -29,6 +29,7 @@ PHASE_OF = {"matvec/rmsnorm/rope_store": "QKV", "matvec/rmsnorm/rope_cache": "QK
             "attention": "attention", "matvec/attn_combine/residual": "Wo", "matvec/attn_combine/store": "Wo",
             "matvec/rmsnorm/store": "W1/W3", "matvec/silu_mul/residual": "W2", "matvec/silu_mul/store": "W2"}
 PHASES = ("QKV", "attention", "Wo", "W1/W3", "W2")
+TAIL_KINDS = ("final_norm", "matvec/plain/store_argmax", "argmax")   # the step's end
 
 
 def layer_phases(schedule, ids: np.ndarray, ts: np.ndarray) -> list[dict]:
@@ -77,6 +78,18 @@ def first_layers(schedule, ids: np.ndarray, ts: np.ndarray, n: int = 3) -> list[
             for layer in range(n) for p in PHASES if (layer, p) in span]
 
 
+def tail_spans(schedule, ids: np.ndarray, ts: np.ndarray) -> dict[str, tuple[float, float]]:
+    """The step's tail: the first start and last end (us) of the final norm, the LM head and the
+    argmax tasks (by profile kind)."""
+    out: dict[str, list[float]] = {}
+    for j, tid in enumerate(ids):
+        k = kind_key(schedule.tasks[int(tid)])
+        if k in TAIL_KINDS:
+            a = out.setdefault(k, [np.inf, -np.inf])
+            a[0], a[1] = min(a[0], ts[j, 0] / 1e3), max(a[1], ts[j, 2] / 1e3)
+    return {k: tuple(v) for k, v in out.items()}
+
+
 def weight_rate(schedule, ids: np.ndarray, ts: np.ndarray, until_us: float, width_us: float = 5.0) -> list[float]:
     """TB/s of weight bytes per `width_us` window up to `until_us`, each task's tile counted in the
     window its body ends in (a coarse view of when HBM is busy)."""
@@ -120,6 +133,8 @@ def main(argv=None) -> list[dict]:
             print(f"| {r['layer']} | {r['phase']} | {r['start']:.1f} | {r['end']:.1f} |")
         rate = weight_rate(schedule, ids, ts, max(r["end"] for r in first))
         print("\nweight TB/s per 5 us (by task end): " + " ".join(f"{x:.2f}" for x in rate))
+        for k, (a, b) in tail_spans(schedule, ids, ts).items():
+            print(f"tail: {k} from {a:.1f} to {b:.1f} us")
     return rows
 
 

@@ -55,3 +55,13 @@ def test_first_layers_and_weight_rate():
     rate = lp.weight_rate(s, ids, ts, end + 5, width_us=5.0)
     total = sum(t.weight.numel for t in s.tasks if t.weight) * ESIZE[s.dtype]
     assert abs(sum(x * 5e-6 * 1e12 for x in rate) - total) < 1e-3 * total
+
+
+def test_tail_spans():
+    s = build_schedule(to_ir(tiny(num_lanes=2, num_hidden_layers=2)), get_target("h200"), "sequential")
+    ids = np.array(s.queues[0])
+    ts = np.array([[k * 1000, k * 1000 + 200, k * 1000 + 1000] for k in range(len(ids))], dtype=np.int64)
+    spans = lp.tail_spans(s, ids, ts)
+    assert set(spans) == set(lp.TAIL_KINDS)
+    where = {k: [j for j, tid in enumerate(ids) if kind_key(s.tasks[tid]) == k] for k in lp.TAIL_KINDS}
+    assert all(spans[k] == (where[k][0] * 1.0, where[k][-1] * 1.0 + 1.0) for k in lp.TAIL_KINDS)
