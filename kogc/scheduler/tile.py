@@ -106,7 +106,7 @@ class TileConfig:
                                       # all-lane task (a residual of the first layer, the final norm):
                                       # such a task waits long, behind every lane, while HBM has room
                                       # (the first layer; the last layer's tail and the final norm,
-                                      # before the LM head). Up to ARRIVAL_RUNS runs per program
+                                      # before the LM head). Such tasks are flagged in the task table
     kind_us: dict | None = None       # placement cost model: measured microseconds per task of each kind
                                       # (a profile's "matvec/rmsnorm/store": 2.7, ...); others: bytes.
                                       # None: the target's measured ones (Target.kind_us) with 32 KB
