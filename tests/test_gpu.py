@@ -31,3 +31,22 @@ def test_laneformer_2b_generate_in_one_launch():
     assert res["tokens"] == 256 and not res["bad"]
     assert res["generate_tok_per_s"] >= res["step_loop_tok_per_s"]
 
+
+
+@pytest.mark.gpu
+def test_prefetch_options_change_no_value():
+    # barrier_prefetch and arrival_prefetch only ask L2 for weights: the same logits, bit for bit, over
+    # steps that read each other's cache rows (the arrival flag in the table must also be stripped)
+    import dataclasses
+
+    import torch
+    from conftest import tiny
+
+    import kogc
+    from kogc.scheduler import TileConfig
+    model = tiny(seed=3, num_lanes=2, dtype=torch.float16)
+    on = dataclasses.replace(TileConfig(), barrier_prefetch=8192, arrival_prefetch=8192)
+    kernels = [kogc.compile(model), kogc.compile(model, tile_config=on)]
+    for pos in range(8):
+        (a, ta), (b, tb) = (ck.step(1 + pos, pos) for ck in kernels)
+        assert torch.equal(a, b) and ta == tb
