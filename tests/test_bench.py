@@ -186,3 +186,35 @@ def test_detail_profile_summary_and_kernel(tmp_path):
                               str(tmp_path / f"p{level}"), num_warps=H200.num_warps)
         ptx[level] = open(arts["ptx"]).read().count("%globaltimer")
     assert ptx[2] > ptx[1] > 0
+
+
+def test_detail_profile_splits_the_final_norms_second_load():
+    # since the eleventh session a detail profile has a sixth stamp: the final norm's second load
+    # arrived; the summary then splits its body into operands / second load / compute / publish
+    # (kinds without the stamp keep three parts; five-column profiles saved earlier still read)
+    import types
+
+    import torch
+    from conftest import lf
+
+    from kogc.frontend import to_ir
+    from kogc.runtime.profile import format_summary, summarize
+    from kogc.scheduler import build_schedule
+    from kogc.targets import H200
+
+    schedule = build_schedule(to_ir(lf.kogc_model("tiny", device="meta", seed=None)), H200, num_programs=4)
+    prof = torch.zeros((4, max(len(q) for q in schedule.queues), 6), dtype=torch.int64)
+    for p, q in enumerate(schedule.queues):      # wait 1 us; operands 0.5, (second load 0.25), compute, publish 0.5
+        for i, tid in enumerate(q):
+            s = 1_000_000 + i * 3000
+            kind = schedule.tasks[tid].kind
+            detail = kind in ("matvec", "final_norm", "argmax")
+            prof[p, i] = torch.tensor([s, s + 1000, s + 3000, s + 1500 if detail else 0, s + 2500 if detail else 0,
+                                       s + 1750 if kind == "final_norm" else 0])
+    summary = summarize(types.SimpleNamespace(schedule=schedule, buffers=types.SimpleNamespace(PROF=prof)))
+    assert summary["per_kind"]["final_norm"]["detail_us_mean"] == {
+        "operands": 0.5, "second_operands": 0.25, "compute": 0.75, "publish": 0.5}
+    mv = [v for k, v in summary["per_kind"].items() if k.startswith("matvec")]
+    assert mv and all(v["detail_us_mean"] == {"operands": 0.5, "compute": 1.0, "publish": 0.5} for v in mv)
+    text = format_summary(summary)
+    assert "2nd load" in text and "0.25" in text
