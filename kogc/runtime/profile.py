@@ -25,6 +25,19 @@ def timestamps(ck) -> tuple[np.ndarray, np.ndarray]:
     return np.array(ids), np.where(ts > 0, ts - ts[:, 0].min(), 0)     # (0: a stamp this task does not record)
 
 
+def launch_stamps(ck) -> dict[int, np.ndarray]:
+    """{a launch's first epoch: [programs, 2] ns (entry, exit: absolute %globaltimer)} for the last two
+    launches of a profiled kernel (rows MAXLEN and MAXLEN + 1 of each program, by epoch parity)."""
+    prof = ck.buffers.PROF.cpu().numpy()
+    maxlen = prof.shape[1] - 2
+    out = {}
+    for r in (maxlen, maxlen + 1):
+        rows = prof[:, r, :3]
+        if (rows[:, 2] > 0).all() and (rows[:, 2] == rows[0, 2]).all():     # (epochs start at 1)
+            out[int(rows[0, 2])] = rows[:, :2].copy()
+    return out
+
+
 def load_stamps(path: str, schedule) -> tuple[np.ndarray, np.ndarray, list[float]]:
     """A profile's per-task stamps saved by scripts/sweep.py (.npz of ids and ts, as `timestamps`),
     checked against `schedule` (a mismatch exits with the reason: this is the analysis scripts'
