@@ -62,18 +62,25 @@ def layer_phases(schedule, ids: np.ndarray, ts: np.ndarray) -> list[dict]:
     return [{"phase": p, **{k: float(np.mean(v)) for k, v in acc[p].items()}} for p in PHASES]
 
 
+def _spans(schedule, ids: np.ndarray, ts: np.ndarray, key_of) -> dict:
+    """{key: (first start, last end) in us} over the tasks whose key_of(task) is not None."""
+    span: dict = {}
+    for j, tid in enumerate(ids):
+        k = key_of(schedule.tasks[int(tid)])
+        if k is not None:
+            a = span.setdefault(k, [np.inf, -np.inf])
+            a[0], a[1] = min(a[0], ts[j, 0] / 1e3), max(a[1], ts[j, 2] / 1e3)
+    return {k: tuple(v) for k, v in span.items()}
+
+
 def first_layers(schedule, ids: np.ndarray, ts: np.ndarray, n: int = 3) -> list[dict]:
     """The step's first `n` layers, all lanes together (where the early comm's all-lane barriers
     hold every lane in step): per (layer, phase), its first task's start and its last task's end, us
     from the step's first stamp."""
-    span = defaultdict(lambda: [np.inf, -np.inf])
-    us = ts / 1e3
-    for j, tid in enumerate(ids):
-        t = schedule.tasks[int(tid)]
+    def key(t):
         phase = PHASE_OF.get(kind_key(t))
-        if phase is not None and t.layer is not None and t.layer < n:
-            a = span[(t.layer, phase)]
-            a[0], a[1] = min(a[0], us[j, 0]), max(a[1], us[j, 2])
+        return (t.layer, phase) if phase is not None and t.layer is not None and t.layer < n else None
+    span = _spans(schedule, ids, ts, key)
     return [{"layer": layer, "phase": p, "start": span[(layer, p)][0], "end": span[(layer, p)][1]}
             for layer in range(n) for p in PHASES if (layer, p) in span]
 
@@ -81,13 +88,7 @@ def first_layers(schedule, ids: np.ndarray, ts: np.ndarray, n: int = 3) -> list[
 def tail_spans(schedule, ids: np.ndarray, ts: np.ndarray) -> dict[str, tuple[float, float]]:
     """The step's tail: the first start and last end (us) of the final norm, the LM head and the
     argmax tasks (by profile kind)."""
-    out: dict[str, list[float]] = {}
-    for j, tid in enumerate(ids):
-        k = kind_key(schedule.tasks[int(tid)])
-        if k in TAIL_KINDS:
-            a = out.setdefault(k, [np.inf, -np.inf])
-            a[0], a[1] = min(a[0], ts[j, 0] / 1e3), max(a[1], ts[j, 2] / 1e3)
-    return {k: tuple(v) for k, v in out.items()}
+    return _spans(schedule, ids, ts, lambda t: kind_key(t) if kind_key(t) in TAIL_KINDS else None)
 
 
 def weight_rate(schedule, ids: np.ndarray, ts: np.ndarray, until_us: float, width_us: float = 5.0) -> list[float]:

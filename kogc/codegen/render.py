@@ -34,16 +34,14 @@ def render(schedule: Schedule, kernel_name: str = KERNEL_NAME, interpret: bool =
     step_prefetch = prefetch_elements(schedule, "step_prefetch")
     barrier_prefetch = prefetch_elements(schedule, "barrier_prefetch")
     arrival_prefetch = prefetch_elements(schedule, "arrival_prefetch")
-    for name, on in (("barrier_prefetch", barrier_prefetch), ("arrival_prefetch", arrival_prefetch)):
+    for name, on in (("step_prefetch", step_prefetch), ("barrier_prefetch", barrier_prefetch),
+                     ("arrival_prefetch", arrival_prefetch)):
         if cfg.dynamic and on:
             raise SchedulerError(f"{name} asks L2 for a program's own weight stream, which dynamic placement "
                                  f"(tasks by ticket) does not have")
     if cfg.dynamic and (cfg.read_ahead or cfg.l2_prefetch):
         raise SchedulerError("dynamic placement takes tasks by ticket: read_ahead and l2_prefetch read a "
                              "program's next queue entry, which it does not have")
-    if cfg.dynamic and cfg.step_prefetch:
-        raise SchedulerError("step_prefetch asks L2 for a program's own weight stream, which dynamic placement "
-                             "(tasks by ticket) does not have")
     if cfg.attn_pipeline and cfg.attn_preload:
         raise SchedulerError("attn_pipeline and attn_preload both load cache rows ahead into registers: choose one")
     if cfg.parallel_waits and schedule.target.vendor == "amd":

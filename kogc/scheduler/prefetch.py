@@ -10,16 +10,16 @@ ARRIVE_FLAG = 1 << 24                        # added to the lane field (-1 or a 
                                              # arrival_prefetch asks L2: flagged iff >= ARRIVE_FLAG // 2
 
 
-def _after_barrier(schedule) -> list[bool]:
-    """Per task: does it wait directly on an all-lane task?"""
-    barrier = {t.id for t in schedule.tasks if t.kind in BARRIER_KINDS}
-    return [bool(barrier.intersection(t.all_deps)) for t in schedule.tasks]
+def _waits_on(schedule, kinds) -> list[bool]:
+    """Per task: does it wait directly on a task of one of these kinds?"""
+    them = {t.id for t in schedule.tasks if t.kind in kinds}
+    return [bool(them.intersection(t.all_deps)) for t in schedule.tasks]
 
 
 def barrier_prefetch_starts(schedule) -> np.ndarray:
     """Per program: where, in its own stream (elements), the weights of its first task that waits on
     an all-lane residual start (barrier_prefetch); its stream's length if it has none."""
-    residual = {t.id for t in schedule.tasks if t.kind == "residual"}
+    behind = _waits_on(schedule, ("residual",))
     starts = []
     for q in schedule.queues:
         at, found = 0, None
@@ -27,7 +27,7 @@ def barrier_prefetch_starts(schedule) -> np.ndarray:
             t = schedule.tasks[tid]
             if t.weight is None:
                 continue
-            if found is None and residual.intersection(t.all_deps):
+            if found is None and behind[tid]:
                 found = at
             at += t.weight.numel
         starts.append(at if found is None else found)
@@ -37,7 +37,7 @@ def barrier_prefetch_starts(schedule) -> np.ndarray:
 def arrival_slots(schedule) -> list[list[int]]:
     """Per program: the queue slots where a run of weighted tasks that wait on an all-lane task begins
     (arrival_prefetch; the task table flags them in their lane field, ARRIVE_FLAG)."""
-    after = _after_barrier(schedule)
+    after = _waits_on(schedule, BARRIER_KINDS)
     out = []
     for q in schedule.queues:
         runs, prev = [], False
