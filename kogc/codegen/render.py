@@ -69,7 +69,7 @@ def render(schedule: Schedule, kernel_name: str = KERNEL_NAME, interpret: bool =
         barrier_prefetch_elems=0 if interpret else barrier_prefetch, num_programs_const=len(schedule.queues),
         # (the table flags arrival_prefetch's tasks in their lane field whether or not the kernel prefetches)
         arrival_flag=ARRIVE_FLAG if arrival_prefetch else 0, arrival_prefetch_elems=0 if interpret else arrival_prefetch,
-        token_keys=T.TOKEN_KEYS, final_norm_2d=cfg.final_norm_2d,
+        token_keys=T.TOKEN_KEYS, final_norm_2d=cfg.final_norm_2d, final_norm_reload=cfg.final_norm_reload,
         table_ahead=ahead, header_ahead=cfg.header_ahead,
         wait_hdr="wn, wev, wneed, " if ahead else "",     # a task's waits read a task ahead (read_ahead)
         final_norm_lanes=next((v[2] for v in schedule.variants if v[0] == "final_norm"), 1),

@@ -87,6 +87,10 @@ class TileConfig:
     final_norm_2d: bool = True        # the final norm loads every lane's h as one [lanes, D] tile, twice
                                       # (sums of squares, then the normalised sum), the scales before its
                                       # wait: no load behind a reduction's barrier (still 8-9 us)
+    final_norm_reload: str = "volatile"  # with final_norm_2d: how the second load of h avoids being merged
+                                      # with the first: "volatile" (strong system-scope loads, which the
+                                      # SASS issues one by one between the reductions) or "cg" (an L2-only
+                                      # load: a different instruction, free to be scheduled early)
     final_norm_split: int = 1         # with final_norm_2d: the final norm as this many tasks, each summing
                                       # every lane's squares and writing D / this columns of x (the part
                                       # after the sums was 4.5-5.5 us of its 8-9). Built after the tenth
@@ -247,6 +251,8 @@ def tile(graph: Graph, ops: list[FusedOp], cfg: TileConfig) -> tuple[list[Task],
 
 def _final_norm_parts(cfg, d: int, op) -> int:
     """Tasks the final norm is split into (TileConfig.final_norm_split), checked."""
+    if cfg.final_norm_reload not in ("volatile", "cg"):
+        raise SchedulerError(f"final_norm_reload must be 'volatile' or 'cg'; got {cfg.final_norm_reload!r}")
     parts = cfg.final_norm_split
     if parts == 1:
         return 1
