@@ -118,7 +118,7 @@ def host_diagnostics(ck, res):
         ck.epoch += 1
         ck.kernel[(grid[0],)](*b.kernel_args(), 1 + i, 10 + i, ck.epoch, ck.watchdog_spins, 1, -1, 0, 0.0, 0, 1.0, 0,
                               MAXLEN=b.TABLE.shape[1], ROW=b.TABLE.shape[2], PROFILE=ck.profile,
-                              SAMPLE_EV=ck.schedule.sample_event, num_warps=ck.num_warps)
+                              SAMPLE_EV=ck.schedule.sample_event, FILTER=0, num_warps=ck.num_warps)
     plain_launch(0)
     torch.cuda.synchronize()
     t0 = time.perf_counter()

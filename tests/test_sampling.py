@@ -83,3 +83,29 @@ def test_filters_keep_tokens_in_the_allowed_set(setup, kwargs):
     for seed in (3,):
         tok = ck.generate(prompt, 1, temperature=1.0, seed=seed, **kwargs)[0]
         assert allowed[tok], f"{kwargs}: token {tok} outside {allowed.nonzero().flatten().tolist()}"
+
+
+def test_only_top_k_and_top_p_launches_need_the_filter_code(setup):
+    _, ck = setup
+    assert not ck.needs_filter(0.0, 4, 0.3)           # greedy: top-k / top-p do not apply
+    assert not ck.needs_filter(1.0, 0, 1.0)           # plain temperature
+    assert not ck.needs_filter(1.0, ck.vocab, 1.0)    # top-k of the whole vocabulary keeps everything
+    assert ck.needs_filter(1.0, 4, 1.0) and ck.needs_filter(1.0, 0, 0.5)
+
+
+def test_greedy_kernel_matches_the_one_kernel_for_every_launch():
+    """TileConfig.greedy_kernel (default) routes a launch to a kernel without the top-k / top-p code
+    unless it needs it; greedy_kernel=False runs one kernel for all. Same tokens for greedy, plain
+    temperature and top-p sampling; and top-k=1 at a high temperature must give the greedy tokens (a
+    filtered launch sent to the kernel without the filter would draw from the whole distribution)."""
+    import dataclasses
+
+    import kogc
+    from kogc.api import INTERPRETER_TILES
+    model, ck = compiled_tiny(seed=9)
+    one = kogc.compile(model, tile_config=dataclasses.replace(INTERPRETER_TILES, greedy_kernel=False))
+    greedy = ck.generate([3, 4], 3)
+    assert greedy == one.generate([3, 4], 3)
+    assert ck.generate([3, 4], 3, temperature=50.0, seed=1, top_k=1) == greedy
+    for kw in (dict(temperature=1.0, seed=1), dict(temperature=2.0, seed=2, top_p=0.2)):
+        assert ck.generate([3, 4], 2, **kw) == one.generate([3, 4], 2, **kw), kw

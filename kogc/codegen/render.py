@@ -192,7 +192,8 @@ def signature(schedule: Schedule) -> tuple[dict[str, str], dict[str, object]]:
            "ERR": "*i32", "OUT": "*i32", "PROF": "*i64", "WTASK": "*i64", "TICKET": "*i32", "token": "i32",
            "pos0": "i32", "epoch0": "i32", "limit": "i32", "nsteps": "i32", "eos": "i32", "seed": "i64", "temperature": "fp32", "top_k": "i32",
            "top_p": "fp32", "host_poll": "i32", "MAXLEN": "constexpr", "ROW": "constexpr",
-           "PROFILE": "constexpr", "SAMPLE_EV": "constexpr"}
+           "PROFILE": "constexpr", "SAMPLE_EV": "constexpr", "FILTER": "constexpr"}
     consts = {"MAXLEN": max(len(q) for q in schedule.queues), "ROW": schedule.row_width, "PROFILE": 0,
-              "SAMPLE_EV": schedule.sample_event}
+              "SAMPLE_EV": schedule.sample_event,
+              "FILTER": int(not schedule.tile_config.greedy_kernel)}   # the kernel greedy decoding runs
     return sig, consts

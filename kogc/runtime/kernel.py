@@ -99,6 +99,7 @@ class CompiledKernel:
         # fixed for every launch: computed once (launch runs once per token in a step loop)
         self._grid = (schedule.num_programs,)
         self._dynamic = schedule.tile_config.dynamic
+        self._always_filter = not schedule.tile_config.greedy_kernel
         self._launch_options = dict(MAXLEN=self.buffers.TABLE.shape[1], ROW=self.buffers.TABLE.shape[2],
                                     PROFILE=2 if profile == "detail" else int(profile),
                                     SAMPLE_EV=schedule.sample_event)
@@ -135,7 +136,12 @@ class CompiledKernel:
             self.compiled = self.kernel[self._grid](
                 *self.buffers.kernel_args(out), int(token), int(pos), epoch0, self.watchdog_spins, int(nsteps),
                 int(eos), int(seed), float(temperature), int(top_k), float(top_p), int(host_poll),
-                **self._launch_options)
+                FILTER=int(self._always_filter or self.needs_filter(temperature, top_k, top_p)), **self._launch_options)
+
+    def needs_filter(self, temperature: float, top_k: int, top_p: float) -> bool:
+        """Whether a launch samples with top-k or top-p (the kernel with that code, compiled on first use:
+        greedy and plain-temperature launches run one without it)."""
+        return temperature > 0 and (0 < top_k < self.vocab or top_p < 1.0)
 
     def step(self, token: int, pos: int) -> tuple[torch.Tensor, int]:
         """One decode step in ONE launch: (logits [V] in the model's dtype, argmax token)."""

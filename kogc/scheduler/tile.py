@@ -87,6 +87,10 @@ class TileConfig:
     final_norm_2d: bool = True        # the final norm loads every lane's h as one [lanes, D] tile, twice
                                       # (sums of squares, then the normalised sum), the scales before its
                                       # wait: no load behind a reduction's barrier (still 8-9 us)
+    greedy_kernel: bool = True        # a launch that cannot need top-k / top-p sampling (greedy, or plain
+                                      # temperature) runs a kernel compiled without that code (FILTER=0);
+                                      # the sampling code alone cost 144 B of spills in the whole kernel.
+                                      # False: one kernel for every launch (the kernel before this option)
     final_norm_reload: str = "volatile"  # with final_norm_2d: how the second load of h avoids being merged
                                       # with the first: "volatile" (strong system-scope loads, which the
                                       # SASS issues one by one between the reductions) or "cg" (an L2-only
