@@ -140,7 +140,7 @@ class CompiledKernel:
 
     def needs_filter(self, temperature: float, top_k: int, top_p: float) -> bool:
         """Whether a launch samples with top-k or top-p (the kernel with that code, compiled on first use:
-        greedy and plain-temperature launches run one without it)."""
+        greedy and plain-temperature launches run one without it); the kernel's own test is _filters."""
         return temperature > 0 and (0 < top_k < self.vocab or top_p < 1.0)
 
     def step(self, token: int, pos: int) -> tuple[torch.Tensor, int]:
