@@ -33,6 +33,14 @@ def compiled_tiny(seed):
     return model, kogc.compile(model)
 
 
+def random_cache(model, seed=0):
+    """Fill the model's KV caches with random values (as if earlier positions had run)."""
+    gen = torch.Generator().manual_seed(seed)
+    for name, buf in model.named_buffers():
+        if name.endswith("_cache"):
+            buf.copy_(torch.randn(buf.shape, generator=gen).to(buf.dtype))
+
+
 def rel_err(a, b):
     a, b = a.double(), b.double()
     return float((a - b).norm() / b.norm())

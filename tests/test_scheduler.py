@@ -368,15 +368,6 @@ def test_target_kind_times_apply_to_their_tile_size(graphs):
     check_schedule(a.tasks, a.events, a.queues)
 
 
-@pytest.mark.parametrize("stagger", [0.5, 3.0])
-def test_staggered_lanes_stay_sound(graphs, stagger):
-    import dataclasses
-    cfg = dataclasses.replace(CFG, lane_stagger=stagger)
-    s = build_schedule(graphs(4), H200, "parallel", cfg, num_programs=8)
-    check_schedule(s.tasks, s.events, s.queues)
-    assert_queues_partition(s.tasks, s.queues)
-
-
 def test_placement_with_measured_kind_times(graphs):
     # TileConfig.kind_us (a profile's microseconds per task kind) and place_latency_us replace the
     # bytes model in the placement: the queues change, the schedule stays sound, and a kind missing
@@ -401,64 +392,21 @@ def test_placement_with_measured_kind_times(graphs):
 
 @pytest.mark.parametrize("lanes", [1, 2, 4])
 def test_merged_events_are_sound_and_fewer(graphs, lanes):
-    # TileConfig.merge_events: events waited on by exactly the same tasks share one counter (a lane's
-    # Q/K/V for its attention, W1/W3 for W2); the schedule still passes the check, attention waits once
-    import dataclasses
-    base = build_schedule(graphs(lanes), H200, "parallel", dataclasses.replace(CFG, merge_events=False), num_programs=8)
-    s = build_schedule(graphs(lanes), H200, "parallel", dataclasses.replace(CFG, merge_events=True), num_programs=8)
+    # events waited on by exactly the same tasks share one counter (a lane's Q/K/V for its attention,
+    # W1/W3 for W2); the schedule still passes the check, attention waits once
+    from kogc.scheduler.deps import derive
+    from kogc.scheduler.fuse import fuse
+    from kogc.scheduler.tile import tile
+    g = graphs(lanes)
+    plain, _ = tile(g, fuse(g), CFG)
+    unmerged = derive(plain)
+    s = build_schedule(g, H200, "parallel", CFG, num_programs=8, prune=False)
     check_schedule(s.tasks, s.events, s.queues)
-    assert len(s.events) < len(base.events)
-    assert sum(len(t.waits) for t in s.tasks) < sum(len(t.waits) for t in base.tasks)
+    assert len(s.events) < len(unmerged)
+    assert sum(len(t.waits) for t in s.tasks) < sum(len(t.waits) for t in plain)
     assert all(len(t.waits) <= 1 for t in s.tasks if t.kind == "attention")     # (0: pruned by program order)
     for e in s.events:                     # every producer publishes to its event; needs add up
         assert all(s.tasks[tid].group == e.id for tid in e.tasks)
     assert sorted(tid for e in s.events for tid in e.tasks) == list(range(len(s.tasks)))
     for t in s.tasks:
         assert all(need == s.events[g].need and g != t.group for g, need in t.waits)
-
-
-def test_dynamic_placement_check(graphs):
-    # TileConfig.dynamic: one list in the placement's order, no program-order pruning; the check
-    # proves every dependency is covered by waits alone and every waited producer comes earlier
-    import dataclasses
-    from kogc.scheduler.check import check_dynamic
-    cfg = dataclasses.replace(CFG, dynamic=True)
-    s = build_schedule(graphs(2), H200, "parallel", cfg, num_programs=8)
-    assert len(s.queues) == 1 and s.num_programs == 8
-    assert sorted(s.queues[0]) == list(range(len(s.tasks)))
-    # a dropped wait is a race (nothing else orders the tasks when any program may take any task) ...
-    t = next(t for t in s.tasks if t.waits and t.deps)
-    broken = copy.deepcopy(s.tasks)
-    broken[t.id].waits = []
-    with pytest.raises(SchedulerError, match=f"race: task {t.id} "):
-        check_dynamic(broken, s.events, s.queues[0])
-    # ... and a waiter before its producer in the list could deadlock
-    order = list(s.queues[0])
-    i = order.index(t.id)
-    producer = max(s.events[t.waits[0][0]].tasks, key=order.index)
-    order.remove(producer)
-    order.insert(i, producer)        # the producer now right at the waiter's place: waiter first
-    order.remove(t.id)
-    order.insert(order.index(producer), t.id)
-    with pytest.raises(SchedulerError, match="deadlock"):
-        check_dynamic(s.tasks, s.events, order)
-
-
-def test_flagged_reads_replace_waits_and_are_checked_for_deadlock(graphs):
-    # ll_act: reads of activations poll their flagged words, so they need no wait; the check still
-    # runs them (a read waits for its exact producer) and names a read that can never be satisfied
-    import dataclasses
-    g = graphs(2)
-    plain = build_schedule(g, H200, "parallel", CFG, num_programs=8)
-    s = build_schedule(g, H200, "parallel", dataclasses.replace(CFG, ll_act=True), num_programs=8)
-    assert sum(len(t.waits) for t in s.tasks) < sum(len(t.waits) for t in plain.tasks)
-    assert all(any(r.arena == "act" for r in s.tasks[d].writes) for t in s.tasks for d in t.ll_deps)
-    t = next(t for t in s.tasks if t.ll_deps and not t.waits)
-    d = t.ll_deps[0]
-    queues = [[x for x in q if x not in (t.id, d)] for q in s.queues]
-    queues[0] = [t.id] + queues[0] + [d]            # the reader first, its producer last, on one program
-    with pytest.raises(SchedulerError, match=f"deadlock: program 0 is stuck at task {t.id} .*reading the flagged "
-                                             f"output of task {d}"):
-        check_schedule(s.tasks, s.events, queues)
-    with pytest.raises(SchedulerError, match="ll_act with dynamic placement"):
-        build_schedule(g, H200, "parallel", dataclasses.replace(CFG, ll_act=True, dynamic=True), num_programs=8)

@@ -9,14 +9,12 @@ import torch
 from ..ir.executor import TORCH_DTYPES, rope_angles
 from ..ir.graph import Op
 from ..scheduler import Schedule
-from ..scheduler.prefetch import prefetch_points
 
 
 @dataclass
 class Buffers:
     W: torch.Tensor       # all programs' weight streams, one after another
     WOFF: torch.Tensor    # int64 [programs + 1]: where each program's stream starts; the last: the end
-                          # then, per prefetch option on, its points (scheduler.prefetch_points)
     TABLE: torch.Tensor
     QLEN: torch.Tensor
     ACT: torch.Tensor
@@ -31,31 +29,14 @@ class Buffers:
     OUT: torch.Tensor
     PROF: torch.Tensor    # int64 [programs, max queue length + 2, 3 (6 with profile="detail")] timestamps
                           # (the last two rows: launches, see _stamp), else [1]
-    WTASK: torch.Tensor   # int64 [tasks]: where each task's weights start (dynamic placement), else [1]
-    TICKET: torch.Tensor  # int32 [1]: the next task's ticket (dynamic placement), zeroed per launch
 
     def kernel_args(self, out: torch.Tensor | None = None) -> list[torch.Tensor]:
         """The kernel's tensor arguments; `out` replaces OUT (e.g. pinned host memory to stream tokens)."""
         return [self.W, self.WOFF, self.TABLE, self.QLEN, self.ACT, self.F32, self.KV, self.SMALL, self.EMB,
-                self.COS, self.SIN, self.CNT, self.ERR, self.OUT if out is None else out, self.PROF, self.WTASK,
-                self.TICKET]
+                self.COS, self.SIN, self.CNT, self.ERR, self.OUT if out is None else out, self.PROF]
 
     def nbytes(self) -> dict[str, int]:
         return {k: v.numel() * v.element_size() for k, v in self.__dict__.items()}
-
-
-def act_words(schedule: Schedule) -> int:
-    """With flagged activations (ll_act): 8-byte words holding 4 bytes of data each."""
-    from ..scheduler.tile import ESIZE
-    return -(-schedule.layout.sizes["act"] * ESIZE[schedule.dtype] // 4)
-
-
-def act_values(schedule: Schedule, act: torch.Tensor) -> torch.Tensor:
-    """The activation arena as elements of the model's dtype (with ll_act: each word's data, flags dropped)."""
-    if not schedule.tile_config.ll_act:
-        return act
-    data = act.view(torch.int32)[0::2].contiguous()      # little-endian: a word's low half is its data
-    return data.view(TORCH_DTYPES[schedule.dtype])
 
 
 def pack_weights(schedule: Schedule, weights: dict[str, torch.Tensor], device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -79,7 +60,6 @@ def pack_weights(schedule: Schedule, weights: dict[str, torch.Tensor], device) -
             tile = (src[w.lane] if w.lane >= 0 else src)[w.row0:w.row0 + w.rows]
             stream[at:at + w.numel] = tile.reshape(-1)
             at += w.numel
-    offsets = np.concatenate([offsets, *prefetch_points(schedule, offsets)])
     return stream.to(device), torch.tensor(offsets, dtype=torch.int64, device=device)
 
 
@@ -111,21 +91,11 @@ def allocate(schedule: Schedule, weights: dict[str, torch.Tensor], device, profi
 
     return Buffers(
         W=W, WOFF=WOFF, TABLE=torch.from_numpy(table).to(device), QLEN=torch.from_numpy(qlen).to(device),
-        ACT=z(act_words(schedule), torch.int64) if schedule.tile_config.ll_act else z(lay.sizes["act"], dtype),
+        ACT=z(lay.sizes["act"], dtype),
         F32=z(lay.sizes["f32"], torch.float32), KV=z(lay.sizes["kv"], dtype),
         SMALL=small.to(device), EMB=emb.to(device, dtype).contiguous(), COS=cos.contiguous().to(device),
-        SIN=sin.contiguous().to(device), CNT=z(len(schedule.events) + lay.sizes.get("arrive", 0), torch.int32), ERR=z(8, torch.int32),
+        SIN=sin.contiguous().to(device), CNT=z(len(schedule.events), torch.int32), ERR=z(8, torch.int32),
         OUT=z(4 + max_pos, torch.int32),   # [last token, steps done, stopped at EOS, -, token of each step]
         PROF=(torch.zeros((len(schedule.queues), table.shape[1] + 2, 6 if profile == "detail" else 3), dtype=torch.int64,
                           device=device)
-              if profile else z(1, torch.int64)),
-        WTASK=(torch.from_numpy(task_weight_offsets(schedule)).to(device) if schedule.tile_config.dynamic
-               else z(1, torch.int64)),
-        TICKET=z(1, torch.int32))
-
-
-def task_weight_offsets(schedule: Schedule) -> np.ndarray:
-    """Where each entry of the (single) task list starts in the weight stream: the list's weights
-    are packed in its order, so a task's offset is the sum of the tiles before it."""
-    sizes = [schedule.tasks[tid].weight.numel if schedule.tasks[tid].weight else 0 for tid in schedule.queues[0]]
-    return np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+              if profile else z(1, torch.int64)))

@@ -17,7 +17,7 @@ from ..errors import KogcError
 from ..ir.graph import Graph, Op
 from ..scheduler import Schedule
 from ..scheduler.check import check_step_closure
-from .buffers import Buffers, act_values, allocate
+from .buffers import Buffers, allocate
 
 
 class KernelHangError(RuntimeError):
@@ -80,8 +80,6 @@ class CompiledKernel:
         if profile and (interpret or not schedule.target.timer_asm):
             where = "under the interpreter" if interpret else f"on {schedule.target.name}"
             raise KogcError(f"profiling needs a GPU timer: not available {where}")
-        if interpret and schedule.tile_config.l2_prefetch:
-            raise KogcError("l2_prefetch issues a GPU instruction: not available under the interpreter")
         self.ir, self.schedule, self.device, self.interpret = graph, schedule, torch.device(device), interpret
         self.source = render(schedule, interpret=interpret)
         self.kernel, self.source_path = load_kernel(self.source, interpret)
@@ -98,8 +96,6 @@ class CompiledKernel:
         self.vocab = graph.by_name()[self._logits].type.shape[0]
         # fixed for every launch: computed once (launch runs once per token in a step loop)
         self._grid = (schedule.num_programs,)
-        self._dynamic = schedule.tile_config.dynamic
-        self._always_filter = not schedule.tile_config.greedy_kernel
         self._launch_options = dict(MAXLEN=self.buffers.TABLE.shape[1], ROW=self.buffers.TABLE.shape[2],
                                     PROFILE=2 if profile == "detail" else int(profile),
                                     SAMPLE_EV=schedule.sample_event)
@@ -113,7 +109,7 @@ class CompiledKernel:
     @property
     def logits_view(self) -> torch.Tensor:
         _, off, per_lane, _ = self.schedule.layout.slots[self._logits]
-        return act_values(self.schedule, self.buffers.ACT)[off:off + per_lane]
+        return self.buffers.ACT[off:off + per_lane]
 
     def check_inputs(self, token: int, pos: int) -> None:
         if not 0 <= token < self.buffers.EMB.shape[0]:
@@ -130,13 +126,11 @@ class CompiledKernel:
         runs (each step's count is then published system-wide, which costs the step a MEMBAR.SYS)."""
         epoch0 = self.epoch + 1
         self.epoch += nsteps
-        if self._dynamic:
-            self.buffers.TICKET.zero_()          # stream-ordered: the previous launch is done with it
         with interpreter(self.interpret) if self.interpret else contextlib.nullcontext():
             self.compiled = self.kernel[self._grid](
                 *self.buffers.kernel_args(out), int(token), int(pos), epoch0, self.watchdog_spins, int(nsteps),
                 int(eos), int(seed), float(temperature), int(top_k), float(top_p), int(host_poll),
-                FILTER=int(self._always_filter or self.needs_filter(temperature, top_k, top_p)), **self._launch_options)
+                FILTER=int(self.needs_filter(temperature, top_k, top_p)), **self._launch_options)
 
     def needs_filter(self, temperature: float, top_k: int, top_p: float) -> bool:
         """Whether a launch samples with top-k or top-p (the kernel with that code, compiled on first use:
@@ -164,13 +158,6 @@ class CompiledKernel:
                                   f"({self.schedule.events[ev].name}, the sampled token): counter {seen}, needed {need}")
         tid = self.schedule.queues[pid][slot]
         t = self.schedule.tasks[tid]
-        if ev == -2:       # a flagged read (ll_act): ERR[6] is the element it waited for
-            at = err[6]
-            name = next((n for n, (arena, off, per, lanes) in self.schedule.layout.slots.items()
-                         if arena == "act" and off <= at < off + per * max(lanes, 1)), "?")
-            raise KernelHangError(
-                f"wait timed out: program {pid}, queue slot {slot}, task {tid} ({t.kind} of {t.op}, lane {t.lane}) "
-                f"read activation element {at} (of {name}) stamped with epoch {seen}, needed {need}")
         raise KernelHangError(
             f"wait timed out: program {pid}, queue slot {slot}, task {tid} ({t.kind} of {t.op}, lane {t.lane}) "
             f"waited on event {ev} ({self.schedule.events[ev].name}): counter {seen}, needed {need}")

@@ -1,8 +1,7 @@
 """Prove a schedule sound before any code is generated, by simulating it.
 
-1. No deadlock: run every queue honouring its waits on the event counters and its flagged (LL)
-   reads, which wait for their exact producers; if all queues stall before the end, name a stuck
-   task and the wait it cannot get past.
+1. No deadlock: run every queue honouring its waits on the event counters; if all queues stall
+   before the end, name a stuck task and the wait it cannot get past.
 2. Every read after its write: vector clocks follow what each program may assume complete
    (its own earlier tasks, and what an acquired event's producers knew when they published). A task
    whose exact producer (from region overlap) is not known complete when it starts is a race.
@@ -55,8 +54,6 @@ def _simulate(tasks: list[Task], events: list[Event], queues: list[list[int]], p
     vc_prog = np.zeros((P, P), dtype=np.int64)
     vc_event = np.zeros((len(events), P), dtype=np.int64)
     parked: dict[int, list[int]] = {}
-    parked_on_task: dict[int, list[int]] = {}     # LL reads wait for their producer task itself
-    done = np.zeros(len(tasks), dtype=bool)
     runnable = list(range(P))
     as_array: dict[int, np.ndarray] = {}     # tasks with the same reads share one deps list
     deps = [as_array.setdefault(id(t.deps), np.asarray(t.deps, dtype=np.int64)) for t in tasks]
@@ -73,10 +70,6 @@ def _simulate(tasks: list[Task], events: list[Event], queues: list[list[int]], p
             blocked = next(((g, n) for g, n in t.waits if count[g] < n), None)
             if blocked is not None:
                 parked.setdefault(blocked[0], []).append(p)
-                break
-            producer = next((d for d in t.ll_deps if not done[d]), None)
-            if producer is not None:
-                parked_on_task.setdefault(producer, []).append(p)
                 break
             vc = vc_prog[p].copy()
             kept = []
@@ -102,8 +95,6 @@ def _simulate(tasks: list[Task], events: list[Event], queues: list[list[int]], p
             np.maximum(vc_event[t.group], vc, out=vc_event[t.group])
             count[t.group] += 1
             head[p] += 1
-            done[t.id] = True
-            runnable.extend(parked_on_task.pop(t.id, []))
             if order is not None:
                 order.append(t.id)
             if count[t.group] == events[t.group].need:
@@ -113,12 +104,7 @@ def _simulate(tasks: list[Task], events: list[Event], queues: list[list[int]], p
         p = stuck[0]
         t = tasks[queues[p][head[p]]]
         where = f"program {p} is stuck at task {t.id} ({t.op}, lane {t.lane}, queue slot {head[p]})"
-        unmet = next(((g, n) for g, n in t.waits if count[g] < n), None)
-        if unmet is None:
-            d = next(d for d in t.ll_deps if not done[d])
-            raise SchedulerError(f"deadlock: {where} reading the flagged output of task {d} ({tasks[d].op}, lane "
-                                 f"{tasks[d].lane}), which can never run; {len(stuck)} programs stuck")
-        g, n = unmet
+        g, n = next((g, n) for g, n in t.waits if count[g] < n)
         raise SchedulerError(f"deadlock: {where} waiting on event {g} ({events[g].name}) for {n} tasks, only "
                              f"{count[g]} can ever finish; {len(stuck)} programs stuck")
     return dropped
@@ -135,7 +121,7 @@ def check_step_closure(schedule) -> None:
     seen = {sample}
     work = [sample]
     while work:
-        for d in tasks[work.pop()].all_deps:
+        for d in tasks[work.pop()].deps:
             if d not in seen:
                 seen.add(d)
                 work.append(d)
@@ -143,32 +129,3 @@ def check_step_closure(schedule) -> None:
         t = next(t for t in tasks if t.id not in seen)
         raise SchedulerError(f"task {t.id} ({t.op}, lane {t.lane}) does not feed the sampled token: a later step "
                              f"could overwrite its buffers while it runs")
-
-
-def check_dynamic(tasks: list[Task], events: list[Event], order: list[int]) -> None:
-    """A dynamic placement: every resident program takes the next task of `order` by ticket, so
-    nothing can be assumed from program order. Sound if (1) every producer of an event a task waits
-    on comes earlier in the order (its ticket was taken first, by a program that will finish it: no
-    deadlock, by induction along the order), and (2) every exact producer of a task is known complete
-    through its waits alone (the waited events, and what their producers waited on, transitively)."""
-    if sorted(order) != list(range(len(tasks))):
-        raise SchedulerError("dynamic placement: the order must hold every task once")
-    at = np.empty(len(tasks), dtype=np.int64)
-    at[np.asarray(order, dtype=np.int64)] = np.arange(len(order))
-    last = [max(int(at[tid]) for tid in e.tasks) for e in events]
-    known = [0] * len(events)                 # bitset: events complete whenever this one is
-    for tid in order:
-        t = tasks[tid]
-        closure = 0
-        for g, _ in t.waits:
-            if last[g] >= at[tid]:
-                raise SchedulerError(f"dynamic placement: task {tid} ({t.op}, lane {t.lane}) waits on event {g} "
-                                     f"({events[g].name}) whose producer comes later in the order: deadlock")
-            closure |= (1 << g) | known[g]
-        for d in t.deps:
-            if not (closure >> tasks[d].group) & 1:
-                raise SchedulerError(f"race: task {tid} ({t.op}, lane {t.lane}) reads what task {d} ({tasks[d].op}, "
-                                     f"lane {tasks[d].lane}) writes, but none of its waits covers it "
-                                     f"(waits: {[events[g].name for g, _ in t.waits]})")
-        known[t.group] |= closure
-

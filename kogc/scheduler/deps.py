@@ -5,10 +5,6 @@ waits on the groups of the tasks that wrote what it reads, needing all of each g
 waits already implied through another wait (the producer of one waited on the other) are dropped.
 The resulting `Event` list is the single source of truth for the kernel's waits and publishes and
 for the soundness check.
-
-Reads of a flagged arena (`ll_arenas`, NCCL's LL protocol: every word carries the step's epoch)
-need no wait: the read polls the data itself. Their producers are the task's `ll_deps`; they imply
-nothing else (a relaxed read of a flag acquires none of the producer's other writes).
 """
 from __future__ import annotations
 
@@ -68,8 +64,8 @@ class WriteIndex:
         return flat[offs[i]:offs[j]] if i < j else []
 
 
-def derive(tasks: list[Task], ll_arenas: tuple[str, ...] = ()) -> list[Event]:
-    """Fill every task's group, deps, ll_deps and waits; return the events."""
+def derive(tasks: list[Task]) -> list[Event]:
+    """Fill every task's group, deps and waits; return the events."""
     groups: dict[tuple[str, int], int] = {}
     events: list[Event] = []
     for t in tasks:
@@ -84,20 +80,17 @@ def derive(tasks: list[Task], ll_arenas: tuple[str, ...] = ()) -> list[Event]:
     ancestors = [0] * len(events)     # bitset: events complete whenever this one is
     # the tiles of one op and lane mostly read the same regions (all of h, say): derive the producers
     # once per distinct read set (the lists are shared between tasks and never mutated)
-    by_reads: dict[tuple, tuple[list[int], list[int], list[int], list[int]]] = {}
+    by_reads: dict[tuple, tuple[list[int], list[int]]] = {}
     for t in tasks:
         key = tuple(t.reads)
         if key not in by_reads:
             deps: set[int] = set()
-            flagged: set[int] = set()
             for r in t.reads:
-                (flagged if r.arena in ll_arenas else deps).update(index.writers(r.arena, r.start, r.end))
-            by_reads[key] = (sorted(deps), sorted({tasks[d].group for d in deps}),
-                             sorted(flagged), sorted({tasks[d].group for d in flagged}))
-        t.deps, wanted, t.ll_deps, t.ll_groups = by_reads[key]
-        last = max(t.deps[-1] if t.deps else -1, t.ll_deps[-1] if t.ll_deps else -1)
-        if last >= t.id:
-            bad = next(d for d in t.deps + t.ll_deps if d >= t.id)
+                deps.update(index.writers(r.arena, r.start, r.end))
+            by_reads[key] = (sorted(deps), sorted({tasks[d].group for d in deps}))
+        t.deps, wanted = by_reads[key]
+        if t.deps and t.deps[-1] >= t.id:
+            bad = t.deps[-1]
             raise SchedulerError(f"task {t.id} ({t.op}) reads what a later task {bad} ({tasks[bad].op}) writes")
         implied = reach = 0
         for g in wanted:
@@ -141,8 +134,6 @@ def merge_events(tasks: list[Task], events: list[Event]) -> list[Event]:
         e.tasks.sort()
     for t in tasks:
         t.group = new_id[t.group]
-        if t.ll_groups:
-            t.ll_groups = sorted({new_id[g] for g in t.ll_groups})
         if any(new_id[g] == t.group for g, _ in t.waits):
             raise SchedulerError(f"merging events would make task {t.id} ({t.op}) wait on its own event")
         waits: dict[int, int] = {}

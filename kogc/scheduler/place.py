@@ -20,9 +20,9 @@ def bytes_model_seconds(task: Task, bytes_per_s_per_program: float) -> float:
 
 
 def place_parallel(tasks: list[Task], events: list[Event], num_programs: int,
-                   bytes_per_s_per_program: float, lane_stagger: float = 0.0, lane_group_stagger: float = 0.0,
-                   task_seconds: list[float] | None = None, wait_latency_s: float = 0.0,
-                   order: list[int] | None = None) -> tuple[list[list[int]], float]:
+                   bytes_per_s_per_program: float, lane_group_stagger: float = 0.0,
+                   task_seconds: list[float] | None = None,
+                   wait_latency_s: float = 0.0) -> tuple[list[list[int]], float]:
     """Queues for `num_programs` programs, and the estimated makespan in seconds.
 
     Event-driven list scheduling: when a program frees up it takes, among the tasks whose inputs are
@@ -32,22 +32,17 @@ def place_parallel(tasks: list[Task], events: list[Event], num_programs: int,
     producers end, so sorting all tasks by start time is one global topological order consistent
     with every queue: with all programs resident, the waits cannot deadlock.
 
-    `lane_stagger` > 0 ranks lane l's tasks as if they came l * lane_stagger fused ops later, so the
-    lanes (independent within a layer when the delay is >= 1) run out of phase: while one lane
-    waits for its attention, others stream their matvecs.
-
     `lane_group_stagger` ranks the upper half of the lanes this many fused ops later: two groups of
     lanes out of phase (one streams its MLP while the other's attention and Wo wait on each other).
 
     `task_seconds` (per task id) replaces the bytes model, e.g. with a profile's measured durations;
     `wait_latency_s` is added between a producer's end and its consumer's readiness (publish to
-    acquire). `order`, if given, receives every task id in the order placed (start times never
-    decrease: a topological order, the global list of a dynamic placement)."""
+    acquire)."""
     n = len(tasks)
     waiters: dict[int, list[int]] = {}
     pending = [0] * n
-    for t in tasks:       # flagged (LL) reads make a task ready like waits do: after their producers
-        gates = {g for g, _ in t.waits} | set(t.ll_groups)
+    for t in tasks:
+        gates = {g for g, _ in t.waits}
         for g in gates:
             waiters.setdefault(g, []).append(t.id)
         pending[t.id] = len(gates)
@@ -58,8 +53,7 @@ def place_parallel(tasks: list[Task], events: list[Event], num_programs: int,
     for t in tasks:
         op_rank.setdefault(t.op, len(op_rank))
     upper = (max((t.lane for t in tasks), default=0) + 1) // 2
-    prio = [(op_rank[t.op] + lane_stagger * max(t.lane, 0) + (lane_group_stagger if t.lane >= upper > 0 else 0.0),
-             t.id) for t in tasks]
+    prio = [(op_rank[t.op] + (lane_group_stagger if t.lane >= upper > 0 else 0.0), t.id) for t in tasks]
     later: list[tuple[float, int]] = [(0.0, t.id) for t in tasks if pending[t.id] == 0]   # by ready time
     heapq.heapify(later)
     now_ready: list[tuple[float, int]] = []                                              # by priority
@@ -86,8 +80,6 @@ def place_parallel(tasks: list[Task], events: list[Event], num_programs: int,
         else:
             end = f + bytes_model_seconds(t, bytes_per_s_per_program)
         queues[p].append(tid)
-        if order is not None:
-            order.append(tid)
         heapq.heappush(free, (end, p))
         placed += 1
         makespan = max(makespan, end)

@@ -16,8 +16,7 @@ NARGS = 14
 (A_X, A_X2, A_OUT, A_ROW0, A_CACHE, A_H, A_RES_OUT, A_TERM, A_TERM_STRIDE, A_TERM_SEL, A_EPS, A_OWN_COEF,
  A_TERM_COEF, A_SLOT) = range(NARGS)
 A_KEYS = A_CACHE    # the LM head (store_argmax) and the argmax: where the step's token keys are (no cache there)
-A_COL0 = A_SLOT     # the final norm: the first column of x this task writes (TileConfig.final_norm_split)
-TOKEN_KEYS = 128    # TileConfig.argmax_atomic: an LM head task folds into key (task % this), int64 each in the
+TOKEN_KEYS = 128    # the LM head's tasks fold their (max, row) into key (task % this), int64 each in the
                     # f32 arena; one word for all 16k tasks made each one's publish queue behind the others'
                     # atomics at one L2 address (+17 us per step). Not regions: unordered by design, and the
                     # next step's folds come after the argmax clears them through the token they wait for
@@ -62,14 +61,6 @@ class Task:
     group: int = -1                 # the event it publishes to
     waits: list[tuple[int, int]] = field(default_factory=list)   # (event, tasks needed per step)
     deps: list[int] = field(default_factory=list)                # exact producers the waits must cover
-    ll_deps: list[int] = field(default_factory=list)             # exact producers of flagged data (LL reads:
-                                                                 # the read itself waits, no counter needed)
-    ll_groups: list[int] = field(default_factory=list)           # their events (placement's readiness only)
-
-    @property
-    def all_deps(self) -> list[int]:
-        """Every exact producer, whichever way the task waits for it."""
-        return sorted(set(self.deps) | set(self.ll_deps)) if self.ll_deps else self.deps
 
     @property
     def kind(self) -> str:

@@ -23,9 +23,6 @@ class Target:
     dies: int = 1                # XCDs on MI300X: block i runs on die i % dies
     timer_asm: str = ""          # inline asm reading a ns clock into $0 (profiling); "" = not available
     l2_prefetch_asm: str = ""    # inline asm asking L2 for the line at address $1 ($0: a dummy); "" = none
-    acquire_asm: str = ""        # inline asm: $0 = an acquire load (gpu scope) of the int32 at $1; "" = none
-    ll_store_asm: str = ""       # inline asm: one 8-byte store of $2 at $1 that a volatile load sees whole
-                                 # ($0: a dummy), for flagged activations (ll_act); "" = tl.store
     kind_us: tuple = ()          # placement cost model: (task kind, measured us per task) pairs for the
                                  # default 32 KB tiles (TileConfig.kind_us); () = the bytes model only
     max_registers: int | None = None   # ptxas cap per thread (None: the compiler's choice), so that

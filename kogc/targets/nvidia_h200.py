@@ -11,8 +11,6 @@ H200 = Target(
     l2_bytes=60 * 2**20, last_level_cache_bytes=60 * 2**20,
     timer_asm="mov.u64 $0, %globaltimer;",
     l2_prefetch_asm="mov.u32 $0, 0; prefetch.global.L2 [$1];",
-    acquire_asm="ld.global.acquire.gpu.b32 $0, [$1];",
-    ll_store_asm="st.volatile.global.b64 [$1], $2; mov.u32 $0, 0;",
     # each kind's mean body (after its waits) in the sixth session's profile of laneformer-2b at context
     # 1024 (docs/results/2026-11-30-task-times-2b-1024-s6.npz); placing with them, a 1 us hop and the
     # lane groups out of phase: 1.561 / 1.552 -> 1.461 ms against the bytes model (docs/benchmarks.md,

@@ -1,0 +1,75 @@
+"""The kernel's settings (`TileConfig`) and the one place that checks them against a target."""
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+
+from .errors import SchedulerError
+
+
+@dataclass
+class TileConfig:
+    """How a model is cut into tasks and placed: the only settings of the kernel (docs/design.md says why
+    each default is what it is, and which options were measured and removed)."""
+    tile_bytes: int = 32 * 1024       # weight bytes per matvec task
+    attn_splits: int = 16             # splits of the positions 0..pos per (lane, KV head), each cdiv(pos+1, splits)
+    attn_block: int = 0               # positions per inner step of attention; 0: 64 with tl.dot, 16 with the
+                                      # broadcast-product form (the best measured of 16/32/64 for each)
+    elem_block: int = 2048            # rows per elementwise task
+    cost_context: int = 1024          # context length the cost model assumes for attention
+    lane_group_stagger: float = 2.0   # placement: rank the upper half of the lanes this many fused ops later:
+                                      # two lane groups out of phase, one streaming its MLP while the other
+                                      # waits through attention (laneformer-2b at context 1024: -4.4%)
+    place_latency_us: float = 1.0     # placement: publish-to-acquire latency between producer and consumer
+    kind_us: dict | None = None       # placement cost model: measured microseconds per task of each kind
+                                      # (a profile's "matvec/rmsnorm/store": 2.7, ...); others: bytes.
+                                      # None: the target's measured ones with 32 KB tiles; {}: bytes only
+
+
+def _pow2(x) -> bool:
+    return isinstance(x, int) and x > 0 and x & (x - 1) == 0
+
+
+def validate(cfg: TileConfig, target=None) -> TileConfig:
+    """Every check of the settings, in one place: a SchedulerError naming the field and the value.
+    `target` (a kogc.targets.Target) adds what depends on the device."""
+    def bad(name, why):
+        raise SchedulerError(f"tile config: {name}={getattr(cfg, name)!r} {why}")
+    if not _pow2(cfg.tile_bytes) or cfg.tile_bytes < 256:
+        bad("tile_bytes", "must be a power of two of at least 256 bytes")
+    if not _pow2(cfg.attn_splits):
+        bad("attn_splits", "must be a power of two")
+    if cfg.attn_block != 0 and not _pow2(cfg.attn_block):
+        bad("attn_block", "must be 0 (the default for the attention form) or a power of two")
+    if not _pow2(cfg.elem_block) or cfg.elem_block < 16:
+        bad("elem_block", "must be a power of two of at least 16")
+    if not isinstance(cfg.cost_context, int) or cfg.cost_context < 1:
+        bad("cost_context", "must be a positive number of positions")
+    if not isinstance(cfg.lane_group_stagger, (int, float)) or cfg.lane_group_stagger < 0:
+        bad("lane_group_stagger", "must be a number >= 0")
+    if not isinstance(cfg.place_latency_us, (int, float)) or cfg.place_latency_us < 0:
+        bad("place_latency_us", "must be a number >= 0")
+    if cfg.kind_us is not None:
+        if not isinstance(cfg.kind_us, dict) or not all(
+                isinstance(k, str) and isinstance(v, (int, float)) and v > 0 for k, v in cfg.kind_us.items()):
+            bad("kind_us", "must map task kinds (e.g. \"matvec/rmsnorm/store\") to microseconds > 0")
+    if target is not None and target.num_programs < 1:
+        raise SchedulerError(f"target {target.name}: no programs to place tasks on")
+    return cfg
+
+
+def tile_config_from_json(text: str) -> TileConfig:
+    """TileConfig fields as a JSON object (what --tile-config takes) -> a checked TileConfig; a clear
+    error for bad JSON, something else than an object, unknown fields or bad values."""
+    try:
+        fields = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise SchedulerError(f"tile config is not JSON ({e.msg} at character {e.pos}): {text!r}") from None
+    if not isinstance(fields, dict):
+        raise SchedulerError(f"tile config must be a JSON object of TileConfig fields, got {text!r}")
+    known = {f.name for f in dataclasses.fields(TileConfig)}
+    unknown = sorted(set(fields) - known)
+    if unknown:
+        raise SchedulerError(f"tile config: unknown field(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+    return validate(dataclasses.replace(TileConfig(), **fields))
