@@ -216,4 +216,4 @@ def test_vector_alignment_divides_every_vector_region(overrides):
                 if r.arena in ("act", "f32", "small"):
                     assert r.start % a == 0, (t.kind, r)
     if overrides.get("hidden_size") == 256:
-        assert a >= 4
+        assert a >= 4          # (the residual blocks and vectors of 256 fp16 elements allow 16)

@@ -45,9 +45,9 @@ def chi_square_ok(tokens, probs, z=3.09):
     return stat <= crit, stat, crit
 
 
-@pytest.mark.parametrize("kwargs,draws", [(dict(temperature=0.7), 800),
-                                          (dict(temperature=1.0, top_k=3), 200),
-                                          (dict(temperature=1.3, top_p=0.6), 200)])
+@pytest.mark.parametrize("kwargs,draws", [(dict(temperature=0.7), 400),         # (interpreter draws cost
+                                          (dict(temperature=1.0, top_k=3), 120),  # ~0.05 s, ~0.2 s with a
+                                          (dict(temperature=1.3, top_p=0.6), 120)])   # filter's bisections)
 def test_empirical_distribution_matches(kwargs, draws):
     tokens = sample_tokens(LOGITS, draws, seed=12345, **kwargs)
     ok, stat, crit = chi_square_ok(tokens, intended(LOGITS, **kwargs))
@@ -66,9 +66,9 @@ def setup():
 
 def test_same_seed_same_tokens_other_seed_others(setup):
     _, ck = setup
-    a = ck.generate([5, 6], 4, temperature=1.0, seed=7)
-    b = ck.generate([5, 6], 4, temperature=1.0, seed=7)
-    c = ck.generate([5, 6], 4, temperature=1.0, seed=8)
+    a = ck.generate([5], 3, temperature=5.0, seed=7)
+    b = ck.generate([5], 3, temperature=5.0, seed=7)
+    c = ck.generate([5], 3, temperature=5.0, seed=8)
     assert a == b and a != c
 
 

@@ -107,14 +107,13 @@ def tile(graph: Graph, ops: list[FusedOp], cfg: TileConfig) -> tuple[list[Task],
             new(("final_norm", d, L, L if g.type.lanes else 1), op, -1, args, reads,
                 [lay.region(p["out"], -1, 0, d)], cost=d * es * (L + 1))
         elif op.kind == "argmax":
-            part = lay.slots[f"{p['logits']}.argmax"]
-            nparts = part[2] // 2
-            blk = min(2048, next_pow2(nparts))     # a running best per element: 2 x 16 values per thread
+            # the token from the LM head's keys; the logits (read by top-k / top-p sampling, in blocks)
+            # make it wait for every LM head task
             logits = by[p["logits"]].type.shape[0]
-            args = _args({A_X: part[1], A_ROW0: nparts, A_X2: lay.at(p["logits"], -1), A_H: logits,
-                          A_KEYS: lay.at(f"{p['logits']}.keys", -1)})
-            reads = [Region("f32", part[1], part[1] + 2 * nparts), lay.region(p["logits"], -1, 0, logits)]
-            new(("argmax", blk), op, -1, args, reads, [Region("out", 0, 1)], cost=nparts * 8)
+            blk = min(2048, next_pow2(logits))
+            args = _args({A_X2: lay.at(p["logits"], -1), A_H: logits, A_KEYS: lay.at(f"{p['logits']}.keys", -1)})
+            new(("argmax", blk), op, -1, args, [lay.region(p["logits"], -1, 0, logits)], [Region("out", 0, 1)],
+                cost=TOKEN_KEYS * 8)
         else:
             raise SchedulerError(f"no tiling for fused op {op.kind}")
     return tasks, lay
@@ -132,8 +131,7 @@ def _tile_matvec(op, by, lay, val, new, cfg, es, lanes_of):
     if epi == RESIDUAL:
         val(p["res_out"])
     if epi == STORE_ARGMAX:
-        lay.alloc(f"{op.node}.argmax", "f32", 2 * (N // rows), 0)
-        lay.alloc(f"{op.node}.keys", "f32", 2 * TOKEN_KEYS, 0)     # int64 each (argmax_atomic)
+        lay.alloc(f"{op.node}.keys", "f32", 2 * TOKEN_KEYS, 0)     # int64 each
     L = max(op.lanes, 1)
     hd = p.get("head_dim", 0)
     combine = by[p["x"]] if pro == ATTN_COMBINE else None
@@ -175,10 +173,8 @@ def _tile_matvec(op, by, lay, val, new, cfg, es, lanes_of):
                     reads += _term_reads(term, l, L, lay, r0, rows)
                     a = _term_args(a, term, l, lay, r0)
             if epi == STORE_ARGMAX:
-                base, nparts, t = lay.slots[f"{op.node}.argmax"][1], N // rows, r0 // rows
-                a[A_SLOT], a[A_TERM_STRIDE] = base + t, nparts
+                a[A_SLOT] = r0 // rows          # which of the TOKEN_KEYS keys it folds into: slot % TOKEN_KEYS
                 a[A_KEYS] = lay.at(f"{op.node}.keys", -1)
-                writes += [Region("f32", base + t, base + t + 1), Region("f32", base + nparts + t, base + nparts + t + 1)]
             w = WeightTile(wname, l if by[p["w"]].type.lanes else -1, r0, rows, K)
             new(variant, op, l, a, reads, writes, w, cost=rows * K * es + K * es)
 
