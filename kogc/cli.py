@@ -22,7 +22,7 @@ def _model_args(p: argparse.ArgumentParser, default_config: str | None) -> None:
     p.add_argument("--checkpoint", help="a directory with config.json and *.safetensors (instead of --config)")
     p.add_argument("--lanes", type=int, help="override the preset's num_lanes")
     p.add_argument("--tile-config", metavar="JSON",
-                   help='schedule settings instead of the defaults, e.g. \'{"attn_impl": "dot", "attn_block": 64}\' '
+                   help='schedule settings instead of the defaults, e.g. \'{"attn_splits": 32}\' '
                         "(fields of kogc.scheduler.TileConfig)")
 
 
@@ -32,8 +32,15 @@ def _tile_config(text: str | None):
     return tile_config_from_json(text) if text else None
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with kogc's one-line errors: `kogc: error: ...`, exit code 2."""
+
+    def error(self, message):
+        self.exit(2, f"kogc: error: {message} (see {self.prog} --help)\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="kogc", description="Compile a PyTorch decoder into one persistent GPU kernel.")
+    p = _Parser(prog="kogc", description="Compile a PyTorch decoder into one persistent GPU kernel.")
     sub = p.add_subparsers(dest="command", required=True)
     c = sub.add_parser("compile", help="compile a model file for a target",
                        description="Trace the model of MODEL_FILE, lower it, and print a stage (--emit) "
@@ -51,7 +58,8 @@ def _parser() -> argparse.ArgumentParser:
                                    "(static KV cache), the whole step in one CUDA graph, torch.compile"
                                    "(max-autotune-no-cudagraphs) + one CUDA graph, and the memory floor.")
     _model_args(b, "laneformer-2b")
-    b.add_argument("--context", type=int, default=1024, help="tokens already in the KV cache (default 1024)")
+    b.add_argument("--context", default="1024",
+                   help="tokens already in the KV cache (default 1024); with --scaling a comma-separated list")
     b.add_argument("--steps", type=int, default=100, help="decode steps per timed repetition (default 100)")
     b.add_argument("--reps", type=int, default=5, help="repetitions; the table shows median and spread")
     b.add_argument("--baselines", default="eager,cuda_graph,compile,cuda_graph_trim",
@@ -64,6 +72,73 @@ def _parser() -> argparse.ArgumentParser:
                         "--profile detail also splits matvec bodies into operands / compute / publish")
     b.add_argument("--interpret", action="store_true",
                    help="no GPU: run kogc's kernel under Triton's interpreter (CPU figures; kogc and eager only)")
+    b.add_argument("--task-times", metavar="FILE",
+                   help="with --profile: also write the profiled step's per-task stamps to FILE (.npz), the input "
+                        "of kogc analyze")
+    b.add_argument("--scaling", action="store_true",
+                   help="the scaling table instead: kogc alone for every preset of --config (comma-separated) x "
+                        "every context of --context, each with its floor")
+    k = sub.add_parser("check", help="check kogc's kernel against eager PyTorch, step by step and as one generation",
+                       description="Compile the model and compare it with eager PyTorch on the same weights: "
+                                   "--steps decode steps one launch each (relative error, tie-aware argmax), and "
+                                   "--generate greedy tokens from one launch against eager and against a loop of "
+                                   "one-step launches. Exit code 0: passed, 1: failed.")
+    _model_args(k, "laneformer-2b")
+    k.set_defaults(config=None)
+    k.add_argument("--steps", type=int, help="decode steps compared one by one (default 256; 2 with --interpret)")
+    k.add_argument("--generate", type=int, metavar="N",
+                   help="greedy tokens generated in one launch and checked (default 256; 2 with --interpret; 0: skip)")
+    k.add_argument("--prompt-ids", default="1,2,3,4", help="the generation's prompt (default 1,2,3,4)")
+    k.add_argument("--fp32-ref", action="store_true",
+                   help="also run the weights upcast to fp32: kogc must be no farther from it than eager is")
+    k.add_argument("--seed", type=int, default=0, help="of the random weights (default 0)")
+    k.add_argument("--max-rel-err", type=float,
+                   help="largest relative error of the logits allowed per step (default 1e-2 for a 16-bit model, "
+                        "1e-4 for fp32)")
+    k.add_argument("--json", help="also write the results to this file")
+    k.add_argument("--interpret", action="store_true",
+                   help="no GPU: run under Triton's interpreter (default preset tiny: a CPU smoke test)")
+    w = sub.add_parser("sweep", help="time several schedule settings x contexts in one run, each checked against eager",
+                       description="Compile the model once per variant (TileConfig fields, and optionally "
+                                   "num_programs, num_warps, max_registers, profile), time it at every context "
+                                   "(one launch per step, and all steps in one launch), and check every variant's "
+                                   "logits against eager PyTorch and the first variant's. Exit code 1 if any variant "
+                                   "failed or computed something else.")
+    _model_args(w, "laneformer-2b")
+    w.add_argument("--variants", default="[{}]", metavar="JSON",
+                   help='a JSON list of variants, e.g. \'[{}, {"attn_splits": 32}, {"num_programs": 264}]\' '
+                        '(default [{}]: the defaults); "profile": true or "detail" adds a profile of the variant')
+    w.add_argument("--context", default="1024", help="comma-separated contexts (default 1024)")
+    w.add_argument("--steps", type=int, default=100, help="decode steps per timed repetition (default 100)")
+    w.add_argument("--reps", type=int, default=3, help="repetitions (default 3)")
+    w.add_argument("--json", help="write the rows to this file (after every variant)")
+    w.add_argument("--out", metavar="DIR", help="where a profiled variant's task times (task-times-CONTEXT[-vI].npz, "
+                                               "for kogc analyze) and trace (trace-*.json) go")
+    w.add_argument("--interpret", action="store_true", help="no GPU: a smoke run under Triton's interpreter")
+    a = sub.add_parser("analyze", help="where a profiled step's time goes (no GPU): replay, chain, phases",
+                       description="Read a profiled step's per-task stamps (kogc bench --profile --task-times FILE, "
+                                   "or kogc sweep with a profiled variant and --out), build the same schedule again "
+                                   "and print: replay: the profile summary and the step replayed as scheduled, as "
+                                   "the dependency chain alone and perfectly balanced; chain: what the chain is made "
+                                   "of per task kind; phases: where a lane's layer spends its time.")
+    a.add_argument("analysis", choices=("replay", "chain", "phases"), help="replay | chain | phases")
+    a.add_argument("task_times", metavar="TASK_TIMES", help="a task-times file (.npz)")
+    a.add_argument("model_file", nargs="?",
+                   help="the model file (default: the file's own record, else examples/laneformer.py)")
+    a.add_argument("--config", help="preset (default: the file's record, else laneformer-2b)")
+    a.add_argument("--checkpoint", help="a checkpoint directory instead of a preset")
+    a.add_argument("--lanes", type=int, help="override the preset's num_lanes")
+    a.add_argument("--tile-config", metavar="JSON", help="the TileConfig fields the kernel was compiled with "
+                                                         "(default: the file's record)")
+    a.add_argument("--target", help="h200 | mi300x (default: the file's record, else h200)")
+    a.add_argument("--programs", type=int, help="the persistent grid (default: the file's record, else the target's)")
+    a.add_argument("--latency-us", default="1.0",
+                   help="publish-to-acquire latency per hop in the replays (comma-separated for several; chain: "
+                        "the first; default 1.0)")
+    a.add_argument("--first-layers", type=int, default=0, metavar="N",
+                   help="phases: also the step's first N layers with all lanes together, the weight rate per 5 us "
+                        "and the step's tail")
+    a.add_argument("--json", help="also write the results to this file")
     r = sub.add_parser("run", help="generate tokens in one kernel launch and stream them",
                        description="Compile the model, prefill the prompt, then generate up to N tokens in ONE "
                                    "kernel launch (sampling and the EOS test on the device), printing tokens as "
@@ -198,25 +273,80 @@ def write_outputs(out: str, graph, schedule, source: str, target, t0: float, tot
     _progress(5, total, f"done: {binary}", t0)
 
 
-def cmd_bench(args) -> int:
+def _ints(text: str, what: str) -> list[int]:
+    """A comma-separated list of integers (a KogcError naming the option otherwise)."""
+    try:
+        out = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise KogcError(f"{what} must be comma-separated integers, got {text!r}") from None
+    if not out:
+        raise KogcError(f"{what} is empty")
+    return out
+
+
+def _floats(text: str, what: str) -> list[float]:
+    try:
+        out = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise KogcError(f"{what} must be comma-separated numbers, got {text!r}") from None
+    if not out or any(x < 0 for x in out):
+        raise KogcError(f"{what} must be one or more numbers >= 0, got {text!r}")
+    return out
+
+
+def _needs_gpu(args, what: str) -> int | None:
+    """Set up the interpreter for --interpret (before Triton is imported), or refuse without a GPU."""
     import torch
     if args.interpret:
-        # Triton decides interpreter mode when it is imported: before anything imports it
-        os.environ.setdefault("TRITON_INTERPRET", "1")
+        if "triton" not in sys.modules:    # Triton reads it once, at import (set later, it would only
+            os.environ.setdefault("TRITON_INTERPRET", "1")   # confuse a process that runs GPU kernels)
     elif not torch.cuda.is_available():
-        return _fail("no GPU here: kogc bench measures on a CUDA GPU (use --interpret for CPU figures of kogc "
-                     "and eager on a small preset)")
+        return _fail(f"no GPU here: {what}")
+    return None
+
+
+def _write_json(obj, path: str, quiet: bool = False) -> None:
+    import json
+    with open(path, "w") as f:
+        json.dump(obj, f, indent=1, default=str)
+    if not quiet:
+        print(f"wrote {path}", file=sys.stderr)
+
+
+def cmd_bench(args) -> int:
+    refused = _needs_gpu(args, "kogc bench measures on a CUDA GPU (use --interpret for CPU figures of kogc and eager "
+                               "on a small preset)")
+    if refused is not None:
+        return refused
+    contexts = _ints(args.context, "--context")
+    presets = [x for x in (args.config or "").split(",") if x]
+    overrides = {"num_lanes": args.lanes} if args.lanes else {}
+    if args.scaling:
+        if args.profile or args.task_times:
+            return _fail("--scaling times kogc alone: --profile and --task-times do not apply")
+        from .bench.scaling import format_scaling, run_scaling
+        save = (lambda res: _write_json(res, args.json, quiet=True)) if args.json else None
+        res = run_scaling(args.model_file, [None] if args.checkpoint else presets, contexts, steps=args.steps,
+                          reps=args.reps, interpret=args.interpret, checkpoint=args.checkpoint, overrides=overrides,
+                          tile_config=_tile_config(args.tile_config), on_row=save)
+        print(format_scaling(res))
+        if args.json:
+            _write_json(res, args.json)
+        return 0
+    if len(contexts) > 1 or len(presets) > 1:
+        return _fail("several presets or contexts are the scaling table: add --scaling")
+    if args.task_times and (not args.profile or args.interpret):
+        return _fail("--task-times writes the stamps of a profiled step: it needs --profile (on a GPU)")
     from .bench import ALL_BASELINES, format_table, run_bench, write_json
     baselines = [b for b in args.baselines.split(",") if b]
     bad = [b for b in baselines if b not in ALL_BASELINES]
     if bad:
         return _fail(f"unknown baseline {bad[0]!r}; known: {', '.join(ALL_BASELINES)}")
-    overrides = {"num_lanes": args.lanes} if args.lanes else {}
     try:
-        res = run_bench(args.model_file, args.config if not args.checkpoint else None, context=args.context,
+        res = run_bench(args.model_file, presets[0] if not args.checkpoint else None, context=contexts[0],
                         steps=args.steps, reps=args.reps, baselines=baselines, interpret=args.interpret,
                         profile=args.profile, checkpoint=args.checkpoint, overrides=overrides,
-                        kogc_options={"tile_config": _tile_config(args.tile_config)})
+                        kogc_options={"tile_config": _tile_config(args.tile_config)}, task_times=args.task_times)
     except ValueError as e:
         return _fail(str(e))
     print(format_table(res))
@@ -226,12 +356,60 @@ def cmd_bench(args) -> int:
     return 0
 
 
+def cmd_check(args) -> int:
+    refused = _needs_gpu(args, "kogc check runs the kernel on a CUDA GPU (use --interpret for a CPU smoke test on "
+                               "the tiny preset)")
+    if refused is not None:
+        return refused
+    from .check import format_check, run_check
+    prompt = _ints(args.prompt_ids, "--prompt-ids")
+    default = 2 if args.interpret else 256
+    preset = None if args.checkpoint else (args.config or ("tiny" if args.interpret else "laneformer-2b"))
+    res = run_check(args.model_file, preset, steps=default if args.steps is None else args.steps,
+                    generate=default if args.generate is None else args.generate, prompt=prompt,
+                    fp32_ref=args.fp32_ref, seed=args.seed, checkpoint=args.checkpoint,
+                    overrides={"num_lanes": args.lanes} if args.lanes else {},
+                    tile_config=_tile_config(args.tile_config), interpret=args.interpret,
+                    max_rel_err=args.max_rel_err)
+    print(format_check(res))
+    if args.json:
+        _write_json(res, args.json)
+    return 0 if res["passed"] else 1
+
+
+def cmd_sweep(args) -> int:
+    refused = _needs_gpu(args, "kogc sweep times on a CUDA GPU (use --interpret for a smoke run on a small preset)")
+    if refused is not None:
+        return refused
+    from .bench.sweep import run_sweep
+    res = run_sweep(args.model_file, None if args.checkpoint else args.config, args.variants,
+                    _ints(args.context, "--context"), steps=args.steps, reps=args.reps, interpret=args.interpret,
+                    checkpoint=args.checkpoint, overrides={"num_lanes": args.lanes} if args.lanes else {},
+                    out_dir=args.out, json_path=args.json, tile_config=args.tile_config)
+    if args.json:
+        print(f"wrote {args.json}", file=sys.stderr)
+    return 0 if res["passed"] else 1
+
+
+def cmd_analyze(args) -> int:
+    from .analysis import analyze
+    if args.first_layers < 0 or (args.programs is not None and args.programs < 1):
+        return _fail("--first-layers must be >= 0 and --programs >= 1")
+    res, text = analyze(args.analysis, args.task_times, latencies=_floats(args.latency_us, "--latency-us"),
+                        first_layers_n=args.first_layers, model_file=args.model_file, preset=args.config,
+                        checkpoint=args.checkpoint, lanes=args.lanes, tile_config=args.tile_config,
+                        target=args.target, num_programs=args.programs)
+    print(text)
+    if args.json:
+        _write_json(res, args.json)
+    return 0
+
+
 def cmd_run(args) -> int:
     import torch
-    if args.interpret:
-        os.environ.setdefault("TRITON_INTERPRET", "1")   # before triton is imported
-    elif not torch.cuda.is_available():
-        return _fail("no GPU here: kogc run needs a CUDA GPU (use --interpret to run a small preset on the CPU)")
+    refused = _needs_gpu(args, "kogc run needs a CUDA GPU (use --interpret to run a small preset on the CPU)")
+    if refused is not None:
+        return refused
     try:
         prompt = [int(x) for x in args.prompt_ids.split(",") if x.strip()]
     except ValueError:
@@ -275,9 +453,13 @@ def cmd_run(args) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     from .scheduler import SchedulerError
-    args = _parser().parse_args(argv)
     try:
-        return {"compile": cmd_compile, "bench": cmd_bench, "run": cmd_run}[args.command](args)
+        args = _parser().parse_args(argv)
+    except SystemExit as e:          # --help (0) or a usage error (2, its line already printed)
+        return e.code if isinstance(e.code, int) else 2
+    try:
+        return {"compile": cmd_compile, "bench": cmd_bench, "run": cmd_run, "check": cmd_check, "sweep": cmd_sweep,
+                "analyze": cmd_analyze}[args.command](args)
     except (KogcError, SchedulerError) as e:   # the scheduler's refusals (sizes, settings) are user errors too
         return _fail(str(e))
     except BrokenPipeError:  # `kogc compile ... | head`

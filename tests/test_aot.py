@@ -147,7 +147,7 @@ def test_compile_under_interpret_mode(kernel_file, tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("target,binary", [("h200", "kogc_monokernel.cubin"), ("mi300x", "kogc_monokernel.hsaco")])
 def test_per_variant_table(tmp_path, capsys, target, binary):
-    # `kogc compile --per-variant`: one kernel per code variant, each with only that body in its
+    # `kogc compile --out --per-variant`: the kernel, its reports, and one kernel per code variant, each with only that body in its
     # dispatch (so it names only its own variant id), and a table with a row per variant; refused
     # without --out
     from kogc.cli import main
@@ -162,6 +162,10 @@ def test_per_variant_table(tmp_path, capsys, target, binary):
     assert "--out" in capsys.readouterr().err
     assert main(["compile", model_file, "--target", target, "--config", "tiny", "--out", str(tmp_path),
                  "--per-variant"]) == 0
+    kernel = tmp_path / ("sm_90" if target == "h200" else "gfx942") / binary     # the whole kernel too
+    assert kernel.read_bytes()[:4] == b"\x7fELF" and kernel.stat().st_size > 10_000
+    for name in ("kernel.py", "schedule.json", "report.txt", "ir.txt"):
+        assert (tmp_path / name).stat().st_size > 0
     s = build_schedule(to_ir(lf.kogc_model("tiny", device="meta", seed=None)), get_target(target))
     rows = (tmp_path / "variants.txt").read_text().splitlines()[1:]
     assert len(rows) == len(s.variants) and capsys.readouterr().out.count("\n") == len(s.variants) + 1

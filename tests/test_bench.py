@@ -1,27 +1,67 @@
 """`kogc bench` on CPU: the interpreter path produces the table and the JSON (speed is not checked)."""
 import json
 import os
-import subprocess
-import sys
 
 import pytest
+import torch
+from conftest import MODEL_FILE
 
-from conftest import MODEL_FILE, ROOT
+from kogc.cli import main
+
+MICRO = os.path.join(os.path.dirname(os.path.abspath(__file__)), "micro_laneformer.py")
+
+# runs the kernel under Triton's interpreter in this process: a CPU test (a process that runs GPU
+# kernels has imported Triton without the interpreter)
+CPU_ONLY = pytest.mark.skipif(torch.cuda.is_available(), reason="interpreter in-process: CPU only")
 
 
-def test_bench_interpreter_writes_table_and_json(tmp_path):
+@CPU_ONLY
+def test_bench_interpreter_writes_table_and_json(tmp_path, capsys):
     out = tmp_path / "bench.json"
-    env = dict(os.environ, TRITON_INTERPRET="1")
-    r = subprocess.run([sys.executable, "-m", "kogc.cli", "bench", MODEL_FILE, "--config", "tiny", "--context", "8",
-                        "--steps", "2", "--reps", "2", "--interpret", "--json", str(out)],
-                       capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
-    assert r.returncode == 0, r.stderr
-    assert "kogc (interpreter, CPU)" in r.stdout and "eager (CPU)" in r.stdout and "floor:" in r.stdout
+    rc = main(["bench", MICRO, "--config", "micro", "--context", "8", "--steps", "1", "--reps", "2", "--interpret",
+               "--json", str(out)])
+    text = capsys.readouterr().out
+    assert rc == 0
+    assert "kogc (interpreter, CPU)" in text and "eager (CPU)" in text and "floor:" in text
     res = json.loads(out.read_text())
     names = [row["name"] for row in res["rows"]]
     assert names == ["kogc (interpreter, CPU)", "kogc generate (one launch, interpreter, CPU)", "eager (CPU)"]
     assert all(row["ms_median"] > 0 and len(row["ms_reps"]) == 2 for row in res["rows"])
     assert res["floor"]["bytes_per_token"] > 0 and res["config"]["context"] == 8
+
+
+@CPU_ONLY
+def test_scaling_table_under_the_interpreter(tmp_path, capsys):
+    # presets x contexts, one compile per preset, a row each with the floor's bytes (no bandwidth on CPU)
+    out = tmp_path / "scaling.json"
+    rc = main(["bench", MICRO, "--scaling", "--config", "micro,micro2", "--context", "4,9", "--steps", "1",
+               "--reps", "1", "--interpret", "--json", str(out)])
+    text = capsys.readouterr().out
+    assert rc == 0
+    res = json.loads(out.read_text())
+    assert [(r["preset"], r["context"]) for r in res["rows"]] == [("micro", 4), ("micro", 9), ("micro2", 4),
+                                                                   ("micro2", 9)]
+    assert all(r["ms_median"] > 0 and r["floor_tok_per_s"] is None for r in res["rows"])
+    rows = {(r["preset"], r["context"]): r for r in res["rows"]}
+    assert rows[("micro", 9)]["floor_bytes"] > rows[("micro", 4)]["floor_bytes"]          # the cache read grows
+    assert rows[("micro2", 4)]["floor_bytes"] > rows[("micro", 4)]["floor_bytes"]         # and the weights
+    assert "| preset | parameters | context |" in text and text.count("| micro") == 4
+
+
+@CPU_ONLY
+@pytest.mark.parametrize("argv, message", [
+    (["--config", "micro,micro2"], "add --scaling"),
+    (["--context", "4,8"], "add --scaling"),
+    (["--context", "4,x"], "--context must be comma-separated integers"),
+    (["--scaling", "--profile"], "--profile and --task-times do not apply"),
+    (["--task-times", "t.npz"], "needs --profile"),
+    (["--baselines", "eager,tpu"], "unknown baseline 'tpu'"),
+    (["--scaling", "--context", "500"], "do not fit the KV cache"),
+])
+def test_bench_bad_input(argv, message, capsys):
+    assert main(["bench", MICRO, "--config", "micro", "--interpret", *argv]) == 2
+    err = [line for line in capsys.readouterr().err.strip().splitlines() if not line.startswith("[")]
+    assert len(err) == 1 and err[0].startswith("kogc: error: ") and message in err[0], err
 
 
 def test_table_floor_takes_the_higher_bandwidth_reading():
@@ -39,13 +79,13 @@ def test_table_floor_takes_the_higher_bandwidth_reading():
     assert kogc_line.split()[-2:] == ["2.00x", "80.0%"]
 
 
-def test_bench_without_gpu_says_so():
+def test_bench_without_gpu_says_so(capsys):
     import torch
     if torch.cuda.is_available():
         return
-    r = subprocess.run([sys.executable, "-m", "kogc.cli", "bench", MODEL_FILE, "--config", "tiny"],
-                       capture_output=True, text=True, cwd=ROOT, timeout=120)
-    assert r.returncode == 2 and "no GPU" in r.stderr
+    assert main(["bench", MODEL_FILE, "--config", "tiny"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("kogc: error: no GPU here") and "\n" not in err
 
 
 def test_profile_summary_from_timestamps():
@@ -189,7 +229,7 @@ def test_detail_profile_summary_and_kernel(tmp_path):
 
 
 def test_detail_profile_splits_the_final_norms_second_load():
-    # since the eleventh session a detail profile has a sixth stamp: the final norm's second load
+    # a detail profile has a sixth stamp: the final norm's second load
     # arrived; the summary then splits its body into operands / second load / compute / publish
     # (kinds without the stamp keep three parts; five-column profiles saved earlier still read)
     import types

@@ -88,15 +88,16 @@ def test_kogc_run_prints_tokens_and_rate(tmp_path):
     import os
     import subprocess
     import sys
-    from conftest import MODEL_FILE, ROOT
-    r = subprocess.run([sys.executable, "-m", "kogc.cli", "run", MODEL_FILE, "--config", "tiny", "--prompt-ids", "4,5",
+    from conftest import ROOT
+    micro = os.path.join(ROOT, "tests", "micro_laneformer.py")      # one lane, one layer: fast steps
+    r = subprocess.run([sys.executable, "-m", "kogc.cli", "run", micro, "--config", "micro", "--prompt-ids", "4,5",
                         "--max-new-tokens", "3", "--interpret"], capture_output=True, text=True, cwd=ROOT,
                        env=dict(os.environ, TRITON_INTERPRET="1"), timeout=300)
     assert r.returncode == 0, r.stderr
     lines = r.stdout.strip().splitlines()
     assert len(lines[0].split()) == 3 and all(t.isdigit() for t in lines[0].split())
     assert "3 tokens" in lines[1] and "tok/s" in lines[1]
-    bad = subprocess.run([sys.executable, "-m", "kogc.cli", "run", MODEL_FILE, "--config", "tiny", "--prompt-ids",
+    bad = subprocess.run([sys.executable, "-m", "kogc.cli", "run", micro, "--config", "micro", "--prompt-ids",
                           "4,9999", "--interpret"], capture_output=True, text=True, cwd=ROOT,
                          env=dict(os.environ, TRITON_INTERPRET="1"), timeout=300)
     assert bad.returncode == 2 and "outside the vocabulary" in bad.stderr and "Traceback" not in bad.stderr

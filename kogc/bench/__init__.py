@@ -30,13 +30,15 @@ def _progress(msg: str, quiet: bool) -> None:
 def run_bench(model_file: str, preset: str | None, context: int = 1024, steps: int = 100, reps: int = 5,
               baselines=ALL_BASELINES, interpret: bool = False, profile: bool | str = False, seed: int = 0,
               checkpoint: str | None = None, quiet: bool = False, overrides: dict | None = None,
-              kogc_options: dict | None = None) -> dict:
-    """Measure and return {"rows": [...], "floor": ..., "config": ...}; see format_table."""
+              kogc_options: dict | None = None, task_times: str | None = None) -> dict:
+    """Measure and return {"rows": [...], "floor": ..., "config": ...}; see format_table. With a
+    profile, `task_times` (a path) also gets the profiled step's per-task stamps (kogc analyze)."""
     from ..api import compile as kogc_compile
     from ..frontend.model_file import build_model
     from ..runtime.kernel import fill_kv_from
 
     device = "cpu" if interpret else "cuda"
+    warmup = 0 if interpret else 3          # the interpreter has nothing to warm up: each launch is seconds
     t0 = time.perf_counter()
     _progress(f"building {preset or checkpoint} (random weights, seed {seed})", quiet)
     model = build_model(model_file, preset=preset, checkpoint=checkpoint, seed=seed, **(overrides or {}))
@@ -60,14 +62,14 @@ def run_bench(model_file: str, preset: str | None, context: int = 1024, steps: i
 
     _progress(f"timing kogc ({steps} steps x {reps})", quiet)
     rows.append(Row("kogc" + (" (interpreter, CPU)" if interpret else ""),
-                    time_steps(lambda i: ck.launch(1 + i % 100, context + i), steps, reps, device)))
+                    time_steps(lambda i: ck.launch(1 + i % 100, context + i), steps, reps, device, warmup)))
     _progress(f"kogc: {rows[-1].ms} ms/token", quiet)
     # the same steps as one generation in ONE launch (what `generate` and `kogc run` do): no launch gap
     # between steps, each step's token fed back on the GPU
     _progress(f"timing kogc generating {steps} tokens in one launch (x {reps})", quiet)
     rows.append(Row("kogc generate (one launch" + (", interpreter, CPU)" if interpret else ")"),
                     [ms / steps for ms in time_steps(lambda i: ck.launch(1, context, nsteps=steps), 1, reps, device,
-                                                     warmup=1)]))
+                                                     warmup=min(warmup, 1))]))
     _progress(f"kogc generate: {rows[-1].ms} ms/token", quiet)
     ck.raise_if_stuck()
     prof = None
@@ -81,6 +83,11 @@ def run_bench(model_file: str, preset: str | None, context: int = 1024, steps: i
         torch.cuda.synchronize()
         prof = summarize(pk)
         prof["text"] = format_summary(prof)
+        if task_times:
+            from ..analysis.stamps import save_stamps
+            prof["task_times"] = save_stamps(pk, task_times, model_file=model_file, preset=preset,
+                                             checkpoint=checkpoint, overrides=overrides)
+            _progress(f"wrote the profiled step's task times to {prof['task_times']}", quiet)
         del pk
     ck = None   # free its buffers before the baselines run
     if not interpret:
@@ -95,12 +102,12 @@ def run_bench(model_file: str, preset: str | None, context: int = 1024, steps: i
                 "cuda_graph_trim": lambda m, d, c: trimmed_graph_step(m, d, c, _round_up(c + steps + 1, 64))}[name]
         try:
             run = make(model, device, context)
-            rows.append(Row(name + (" (CPU)" if interpret else ""), time_steps(run, n, reps, device)))
+            rows.append(Row(name + (" (CPU)" if interpret else ""), time_steps(run, n, reps, device, warmup)))
             _progress(f"{name}: {rows[-1].ms} ms/token", quiet)
         except Exception as e:  # a baseline that cannot run is reported, not fatal
             rows.append(Row(name, [], error=f"{type(e).__name__}: {str(e)[:200]}"))
     if readings:
-        # a second reading after the baselines: one machine read 3.89-4.19 TB/s within a session, and
+        # a second reading after the baselines: one machine read 3.89-4.19 TB/s from one run to the next, and
         # the floor takes the higher of the two (the bar is against what the machine can do)
         try:
             torch.cuda.empty_cache()
@@ -139,7 +146,7 @@ def format_table(res: dict) -> str:
             lines.append(f"{r['name']:28} failed: {r.get('error')}")
             continue
         vs = f"{graph['ms_median'] / r['ms_median']:.2f}x" if graph else "-"
-        # one decimal: a whole percent rounded 69.7% up to issue 4's bar of 70% (tenth session)
+        # one decimal: a whole percent would round 69.7% up to 70%
         of = f"{floor_ms / r['ms_median']:.1%}" if floor_ms else "-"
         lines.append(f"{r['name']:28} {r['ms_median']:9.3f} {r['ms_min']:7.3f}-{r['ms_max']:<7.3f} "
                      f"{r['tok_per_s']:9.1f} {r['TBps']:6.2f} {vs:>8} {of:>8}")

@@ -1,8 +1,6 @@
 """Timing and byte counting for the benchmark."""
 from __future__ import annotations
 
-import json
-import os
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -25,27 +23,6 @@ class Row:
         med = statistics.median(self.ms)
         return {"name": self.name, "ms_median": med, "ms_min": min(self.ms), "ms_max": max(self.ms),
                 "ms_reps": self.ms, "tok_per_s": 1e3 / med, "TBps": floor_bytes / (med * 1e-3) / 1e12, **self.extra}
-
-
-def write_result(name: str, obj, default=None) -> None:
-    """Write `obj` as JSON to $OUT/`name` when $OUT is set (the device machine's results folder)."""
-    if os.environ.get("OUT"):
-        with open(os.path.join(os.environ["OUT"], name), "w") as f:
-            json.dump(obj, f, indent=1, default=default)
-
-
-def time_once(launch, device: str) -> float:
-    """Seconds of one call of `launch` between device events on a GPU; runs it and gives nan on CPU
-    (the probes' launches, whose time per unit is a difference of two such launches)."""
-    if device != "cuda":
-        launch()
-        return float("nan")
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    launch()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / 1e3
 
 
 def time_steps(run, steps: int, reps: int, device: str, warmup: int = 3) -> list[float]:

@@ -27,8 +27,8 @@ class Buffers:
     CNT: torch.Tensor
     ERR: torch.Tensor
     OUT: torch.Tensor
-    PROF: torch.Tensor    # int64 [programs, max queue length + 2, 3 (6 with profile="detail")] timestamps
-                          # (the last two rows: launches, see _stamp), else [1]
+    PROF: torch.Tensor    # int64 [programs, max queue length, 3 (6 with profile="detail")] timestamps
+                          # with profiling, else [1]
 
     def kernel_args(self, out: torch.Tensor | None = None) -> list[torch.Tensor]:
         """The kernel's tensor arguments; `out` replaces OUT (e.g. pinned host memory to stream tokens)."""
@@ -96,6 +96,6 @@ def allocate(schedule: Schedule, weights: dict[str, torch.Tensor], device, profi
         SMALL=small.to(device), EMB=emb.to(device, dtype).contiguous(), COS=cos.contiguous().to(device),
         SIN=sin.contiguous().to(device), CNT=z(len(schedule.events), torch.int32), ERR=z(8, torch.int32),
         OUT=z(4 + max_pos, torch.int32),   # [last token, steps done, stopped at EOS, -, token of each step]
-        PROF=(torch.zeros((len(schedule.queues), table.shape[1] + 2, 6 if profile == "detail" else 3), dtype=torch.int64,
+        PROF=(torch.zeros((len(schedule.queues), table.shape[1], 6 if profile == "detail" else 3), dtype=torch.int64,
                           device=device)
               if profile else z(1, torch.int64)))

@@ -25,34 +25,6 @@ def timestamps(ck) -> tuple[np.ndarray, np.ndarray]:
     return np.array(ids), np.where(ts > 0, ts - ts[:, 0].min(), 0)     # (0: a stamp this task does not record)
 
 
-def launch_stamps(ck) -> dict[int, np.ndarray]:
-    """{a launch's first epoch: [programs, 2] ns (entry, exit: absolute %globaltimer)} for the last two
-    launches of a profiled kernel (rows MAXLEN and MAXLEN + 1 of each program, by epoch parity)."""
-    prof = ck.buffers.PROF.cpu().numpy()
-    maxlen = prof.shape[1] - 2
-    out = {}
-    for r in (maxlen, maxlen + 1):
-        rows = prof[:, r, :3]
-        if (rows[:, 2] > 0).all() and (rows[:, 2] == rows[0, 2]).all():     # (epochs start at 1)
-            out[int(rows[0, 2])] = rows[:, :2].copy()
-    return out
-
-
-def load_stamps(path: str, schedule) -> tuple[np.ndarray, np.ndarray, list[float]]:
-    """A profile's per-task stamps saved by scripts/sweep.py (.npz of ids and ts, as `timestamps`),
-    checked against `schedule` (a mismatch exits with the reason: this is the analysis scripts'
-    loader), and each task's body (after its waits to its end, us) by task id."""
-    data = np.load(path)
-    ids, ts = data["ids"], data["ts"]
-    if len(ids) != len(schedule.tasks):
-        raise SystemExit(f"{path} has {len(ids)} tasks, this schedule {len(schedule.tasks)}: "
-                         f"not the same preset and settings")
-    body = [0.0] * len(schedule.tasks)
-    for tid, row in zip(ids, ts):
-        body[int(tid)] = (row[2] - row[1]) / 1e3
-    return ids, ts, body
-
-
 def summarize(ck) -> dict:
     return summarize_times(ck.schedule, *timestamps(ck))
 
@@ -98,8 +70,8 @@ def summarize_times(schedule, ids: np.ndarray, ts: np.ndarray) -> dict:
             js = np.array(js)
             js = js[ts[js, 3] > 0]
             if len(js):
-                # the final norm also stamps its second load (column 5; profiles before the eleventh
-                # session have 5 columns): compute then counts from there
+                # the final norm also stamps its second load (column 5; a profile without it has 5
+                # columns): compute then counts from there
                 second = ts.shape[1] > 5 and bool((ts[js, 5] > 0).all())
                 mid = ts[js, 5] if second else ts[js, 3]
                 d = {"operands": float(((ts[js, 3] - ts[js, 1]) / 1e3).mean())}     # after the waits -> loaded

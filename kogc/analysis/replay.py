@@ -1,0 +1,127 @@
+"""How long should a step of a schedule take, given measured task times? Longest paths over the task
+graph, no GPU needed:
+
+- as scheduled: every program runs its queue in order; a task starts when the task before it in its
+  queue has ended and every event it waits on is complete, plus a publish-to-acquire latency (the
+  kernel's own semantics);
+- the chain: the same without queues (one program per task): the dependency chain itself, the bound
+  no placement can beat;
+- perfect balance: all bodies over the programs;
+- with overheads: as scheduled, each task also paying what a task costs its program before its body
+  (measured: the median wait segment of the tasks whose data was already there, per kind) and the
+  measured notify latency; close to the measured step.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+
+from ..runtime.profile import kind_key, wait_split
+from ..scheduler.check import run_order
+
+
+def longest_path(schedule, task_us: list[float], latency_us: float, queues: bool,
+                 overhead_us: list[float] | None = None) -> tuple[float, dict]:
+    """End time of the last task (us), and the latest end per task kind. task_us[id]: each task's
+    body; with queues, overhead_us[id] (if given) is what the task costs its program before it."""
+    tasks, events = schedule.tasks, schedule.events
+    end = [0.0] * len(tasks)
+    if queues:
+        done_at = [0.0] * len(events)                     # when each event's last producer ended
+        last: dict[int, float] = {}                       # program -> end of its previous task
+        prog = {tid: p for p, q in enumerate(schedule.queues) for tid in q}
+        for tid in run_order(tasks, events, schedule.queues):    # waited events are complete by then
+            t = tasks[tid]
+            free = last.get(prog[tid], 0.0) + (overhead_us[tid] if overhead_us is not None else 0.0)
+            start = max([free] + [done_at[g] + latency_us for g, _ in t.waits])
+            end[tid] = last[prog[tid]] = start + task_us[tid]
+            done_at[t.group] = max(done_at[t.group], end[tid])
+    else:                                               # one program per task: only the exact producers
+        for t in tasks:                                 # task ids follow the graph's order
+            start = max((end[d] + latency_us for d in t.deps), default=0.0)
+            end[t.id] = start + task_us[t.id]
+    latest: dict[str, float] = defaultdict(float)
+    for t in tasks:
+        latest[kind_key(t)] = max(latest[kind_key(t)], end[t.id])
+    return max(end, default=0.0), dict(latest)
+
+
+def chain_composition(schedule, task_us: list[float], latency_us: float) -> dict:
+    """The chain (data-only longest path), walked back from its last task: per task kind, how many of
+    its tasks lie on it and their summed body; plus the hops (each costs latency_us)."""
+    tasks = schedule.tasks
+    end, parent = [0.0] * len(tasks), [-1] * len(tasks)
+    for t in tasks:                                     # task ids follow the graph's order
+        start = 0.0
+        for d in t.deps:
+            if end[d] + latency_us > start:
+                start, parent[t.id] = end[d] + latency_us, d
+        end[t.id] = start + task_us[t.id]
+    tid = max(range(len(tasks)), key=end.__getitem__)
+    kinds: dict = defaultdict(lambda: [0, 0.0])
+    hops = 0
+    while tid >= 0:
+        k = kinds[kind_key(tasks[tid])]
+        k[0] += 1
+        k[1] += task_us[tid]
+        tid, hops = parent[tid], hops + (parent[tid] >= 0)
+    return {"chain_us": max(end), "hops": hops, "hop_us_total": hops * latency_us,
+            "per_kind": {k: {"tasks": n, "us": us} for k, (n, us) in sorted(kinds.items(), key=lambda kv: -kv[1][1])}}
+
+
+def measured_overheads(schedule, ids: np.ndarray, ts: np.ndarray) -> tuple[list[float], float]:
+    """Per task: the median wait segment (start to after its waits, us) of its (kind, has waits) group
+    over the tasks whose producers had ended before they started (nothing to wait for; the median of
+    all of those for a group with none); and the median notify (producer end to after the waits) of
+    the tasks that did wait."""
+    blocked, notify = wait_split(schedule, ids, ts)
+    seg = (ts[:, 1] - ts[:, 0]) / 1e3
+    groups: dict = defaultdict(list)
+    for j, tid in enumerate(ids):
+        if blocked[j] == 0:
+            t = schedule.tasks[int(tid)]
+            groups[(kind_key(t), bool(t.waits))].append(seg[j])
+    med = {k: float(np.median(v)) for k, v in groups.items()}
+    ready = seg[blocked == 0]
+    fallback = float(np.median(ready)) if len(ready) else 0.0
+    waited = notify[blocked > 0]
+    return ([med.get((kind_key(t), bool(t.waits)), fallback) for t in schedule.tasks],
+            float(np.median(waited)) if len(waited) else 0.0)
+
+
+def replay(schedule, ids: np.ndarray, ts: np.ndarray, latencies: list[float]) -> dict:
+    """Every replay of one profiled step: the measured span, perfect balance, as scheduled and the
+    chain at each hop latency, and as scheduled with the measured overheads."""
+    from .stamps import body_us
+    task_us = body_us(schedule, ids, ts)
+    rows = []
+    for lat in latencies:
+        rows.append({"latency_us": lat, "as_scheduled_us": longest_path(schedule, task_us, lat, True)[0],
+                     "chain_us": longest_path(schedule, task_us, lat, False)[0]})
+    over, notify = measured_overheads(schedule, ids, ts)
+    return {"tasks": len(schedule.tasks), "programs": len(schedule.queues),
+            "measured_span_us": float(ts[:, 2].max() - ts[:, 0].min()) / 1e3,
+            "balanced_us": sum(task_us) / len(schedule.queues), "rows": rows,
+            "with_overheads": {"notify_us": notify,
+                               "as_scheduled_us": longest_path(schedule, task_us, notify, True, over)[0]}}
+
+
+def format_replay(r: dict) -> str:
+    lines = [f"{r['tasks']} tasks on {r['programs']} programs: measured step span {r['measured_span_us']:.1f} us; "
+             f"all bodies / programs (perfect balance) {r['balanced_us']:.1f} us",
+             f"{'hop latency us':>14} | {'as scheduled (queues + waits) us':>32} | {'the chain (data only) us':>24}"]
+    for row in r["rows"]:
+        lines.append(f"{row['latency_us']:14.2f} | {row['as_scheduled_us']:32.1f} | {row['chain_us']:24.1f}")
+    w = r["with_overheads"]
+    lines.append(f"as scheduled with the measured start overheads and notify ({w['notify_us']:.2f} us): "
+                 f"{w['as_scheduled_us']:.1f} us")
+    return "\n".join(lines)
+
+
+def format_chain(c: dict, latency_us: float) -> str:
+    lines = [f"the chain at {latency_us:g} us per hop: {c['chain_us']:.1f} us = {c['hops']} hops "
+             f"({c['hop_us_total']:.1f} us) + the bodies of:"]
+    for k, v in c["per_kind"].items():
+        lines.append(f"  {k:34} {v['tasks']:4d} tasks {v['us']:8.1f} us (mean {v['us'] / v['tasks']:.2f})")
+    return "\n".join(lines)

@@ -1,0 +1,110 @@
+"""A profiled step's per-task stamps on disk, and the schedule they belong to.
+
+A file (.npz) holds `ids` (task ids in queue order), `ts` ([tasks, 3 or more] ns from the step's first
+start: start, after the waits, end; a "detail" profile adds more, see kogc.runtime.profile) and `meta`:
+a JSON string naming the model (model file, preset or checkpoint, overrides), the target, the number
+of programs and the TileConfig fields that differ from the defaults, so that `kogc analyze` can build
+the same schedule again. `kogc bench --profile --task-times FILE` and `kogc sweep` (a variant with
+"profile": true, and --out DIR) write them.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+
+import numpy as np
+
+from ..errors import KogcError
+
+
+def non_default_fields(cfg) -> dict:
+    """The TileConfig fields of `cfg` that differ from a fresh TileConfig()."""
+    default = type(cfg)()
+    return {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)
+            if getattr(cfg, f.name) != getattr(default, f.name)}
+
+
+def save_stamps(ck, path: str, model_file: str | None = None, preset: str | None = None,
+                checkpoint: str | None = None, overrides: dict | None = None) -> str:
+    """Write the last launch's stamps of a profiled kernel `ck` to `path` (.npz); returns the path."""
+    from ..runtime.profile import timestamps
+    ids, ts = timestamps(ck)
+    s = ck.schedule
+    meta = {"model_file": model_file, "config": preset, "checkpoint": checkpoint, "overrides": overrides or {},
+            "target": s.target.name, "num_programs": len(s.queues), "tile_config": non_default_fields(s.tile_config),
+            "tasks": len(s.tasks)}
+    if not path.endswith(".npz"):
+        path += ".npz"
+    np.savez_compressed(path, ids=ids, ts=ts, meta=np.array(json.dumps(meta)))
+    return path
+
+
+def load_stamps(path: str) -> tuple[np.ndarray, np.ndarray, dict]:
+    """(ids, ts, meta) of a stamps file; meta is {} for a file written without it."""
+    if not os.path.isfile(path):
+        raise KogcError(f"{path}: no such file")
+    try:
+        data = np.load(path, allow_pickle=False)
+        ids, ts = np.asarray(data["ids"]), np.asarray(data["ts"])
+        meta = json.loads(str(data["meta"])) if "meta" in data.files else {}
+    except (OSError, ValueError, KeyError, json.JSONDecodeError) as e:
+        raise KogcError(f"{path}: not a task-times file (.npz with ids and ts): {e}") from None
+    if ids.ndim != 1 or ts.ndim != 2 or ts.shape[0] != len(ids) or ts.shape[1] < 3:
+        raise KogcError(f"{path}: ids {ids.shape} and ts {ts.shape} do not fit (one row of at least 3 stamps "
+                        f"per task)")
+    return ids, ts, meta
+
+
+def schedule_for(meta: dict, model_file: str | None = None, preset: str | None = None,
+                 checkpoint: str | None = None, lanes: int | None = None, tile_config: str | None = None,
+                 target: str | None = None, num_programs: int | None = None):
+    """The schedule a stamps file was taken with: what the arguments give, else what its meta says,
+    else the defaults (the example model, laneformer-2b, h200, the target's programs, TileConfig())."""
+    from ..frontend import to_ir
+    from ..frontend.model_file import build_model
+    from ..scheduler import TileConfig, build_schedule
+    from ..scheduler.tile import tile_config_from_json
+    from ..targets import get_target
+
+    if checkpoint is None and preset is None:
+        checkpoint = meta.get("checkpoint")
+    preset = preset or (None if checkpoint else meta.get("config") or "laneformer-2b")
+    model_file = model_file or meta.get("model_file") or os.path.join("examples", "laneformer.py")
+    overrides = dict(meta.get("overrides") or {})
+    if lanes:
+        overrides["num_lanes"] = lanes
+    if tile_config:
+        cfg = tile_config_from_json(tile_config)
+    elif meta.get("tile_config"):
+        cfg = tile_config_from_json(json.dumps(meta["tile_config"]))
+    else:
+        cfg = TileConfig()
+    try:
+        tgt = get_target(target or meta.get("target") or "h200")
+    except KeyError as e:
+        raise KogcError(e.args[0]) from None
+    model = build_model(model_file, preset=preset, checkpoint=checkpoint,
+                        device="cpu" if checkpoint else "meta", seed=None, **overrides)
+    from .. import api
+    if hasattr(api, "tile_config_for"):   # the placement's cost model as kogc.compile fills it in (a
+        cfg = api.tile_config_for(model, tgt, cfg)   # recorded config already holds it: kept as is)
+    return build_schedule(to_ir(model), tgt, "parallel", cfg, num_programs=num_programs or meta.get("num_programs"))
+
+
+def check_fits(schedule, ids: np.ndarray, path: str) -> None:
+    """Refuse stamps of another schedule: the same tasks in the same queues, in the same order."""
+    n = len(schedule.tasks)
+    order = [t for q in schedule.queues for t in q]
+    if len(ids) != n or sorted(int(i) for i in ids) != list(range(n)) or [int(i) for i in ids] != order:
+        raise KogcError(f"{path} has {len(ids)} tasks, this schedule {n} on {len(schedule.queues)} programs "
+                        f"(or another order): not the schedule the profile was taken with; give the model, "
+                        f"--config, --lanes, --tile-config and --programs it was compiled with")
+
+
+def body_us(schedule, ids: np.ndarray, ts: np.ndarray) -> list[float]:
+    """Each task's body (after its waits to its end, us), by task id."""
+    body = [0.0] * len(schedule.tasks)
+    for tid, row in zip(ids, ts):
+        body[int(tid)] = float(row[2] - row[1]) / 1e3
+    return body

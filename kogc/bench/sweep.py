@@ -1,0 +1,234 @@
+"""`kogc sweep`: several schedule settings x several contexts, timed in one run on the same weights,
+each checked against eager.
+
+A variant is a JSON object of `TileConfig` fields (on top of --tile-config's, if given) plus,
+optionally, "num_programs" (the persistent grid), "num_warps", "max_registers" (ptxas's cap per
+thread) and "profile" (true, or "detail": per-task timestamps of one step, summarised; with an output
+folder also saved for `kogc analyze`).
+
+At every context every variant computes the step for token 7 at that position on the same KV cache
+(random up to the context) and is compared with eager PyTorch's logits on that cache (relative error,
+tie-aware argmax: kogc.check) and with the first variant's; on a GPU also after 16 launches back to
+back from the same cache, each reading the rows the ones before wrote.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+import time
+
+import torch
+
+from ..check import TIE_ULPS, _miss, default_max_rel_err, rel_err, tie_dtype
+from ..errors import KogcError
+from .measure import bytes_per_token, read_bandwidth, time_steps
+
+RUN_OPTIONS = ("num_programs", "num_warps", "max_registers", "profile")
+CHAIN = 16          # launches back to back in the chained check (GPU)
+TOKEN = 7           # the token every variant computes the checked step for
+
+
+def parse_variants(text: str, interpret: bool, base: str | None = None) -> list[tuple[dict, object, dict]]:
+    """--variants JSON -> [(the variant as given, its TileConfig or None, its run options)]; a
+    KogcError / SchedulerError for bad JSON, a non-object, an unknown field or a bad value. `base`
+    (--tile-config JSON): TileConfig fields every variant starts from."""
+    from ..api import INTERPRETER_TILES
+    from ..scheduler import TileConfig
+    from ..scheduler.tile import tile_config_from_json
+    try:
+        variants = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise KogcError(f"--variants is not JSON ({e.msg} at character {e.pos}): {text!r}") from None
+    if isinstance(variants, dict):
+        variants = [variants]
+    if not isinstance(variants, list) or not variants or not all(isinstance(v, dict) for v in variants):
+        raise KogcError(f"--variants must be a JSON list of objects (TileConfig fields and {', '.join(RUN_OPTIONS)}), "
+                        f"got {text!r}")
+    common = {}
+    if base:
+        tile_config_from_json(base)                       # checks the names and values
+        common = json.loads(base)
+    out = []
+    for v in variants:
+        fields = {**common, **{k: x for k, x in v.items() if k not in RUN_OPTIONS}}
+        opts = {k: x for k, x in v.items() if k in RUN_OPTIONS}
+        for k in ("num_programs", "num_warps", "max_registers"):
+            if k in opts and (not isinstance(opts[k], int) or isinstance(opts[k], bool) or opts[k] < 1):
+                raise KogcError(f"variant {json.dumps(v)}: {k} must be a positive integer")
+        if opts.get("profile", False) not in (False, True, "detail"):
+            raise KogcError(f"variant {json.dumps(v)}: profile must be true, false or \"detail\"")
+        if opts.get("profile") and interpret:
+            raise KogcError("profile needs a GPU timer: not available under the interpreter")
+        cfg = None
+        if fields:
+            tile_config_from_json(json.dumps(fields))     # checks the names and values
+            cfg = dataclasses.replace(INTERPRETER_TILES if interpret else TileConfig(), **fields)
+        out.append((v, cfg, opts))
+    return out
+
+
+def run_sweep(model_file: str, preset: str | None, variants: str, contexts: list[int], steps: int = 100,
+              reps: int = 3, interpret: bool = False, checkpoint: str | None = None, overrides: dict | None = None,
+              seed: int = 0, out_dir: str | None = None, json_path: str | None = None, quiet: bool = False,
+              tile_config: str | None = None) -> dict:
+    """Time every variant at every context; returns {"read_bw_Bps", "rows": [...], "passed"}.
+    tile_config: TileConfig fields as JSON that every variant starts from."""
+    from ..api import compile as kogc_compile
+    from ..frontend.model_file import build_model
+
+    parsed = parse_variants(variants, interpret, tile_config)
+    if not contexts or any(c < 0 for c in contexts):
+        raise KogcError(f"--context must be one or more positions >= 0, got {contexts}")
+    if steps < 1 or reps < 1:
+        raise KogcError("--steps and --reps must be >= 1")
+    device = "cpu" if interpret else "cuda"
+    warmup = 0 if interpret else 3
+    model = build_model(model_file, preset=preset, checkpoint=checkpoint, seed=seed, **(overrides or {}))
+    dtype = next(model.parameters()).dtype
+    ties, limit = tie_dtype(dtype), default_max_rel_err(dtype)
+    caches = [(name, buf) for name, buf in model.named_buffers() if name.endswith("cache")]
+    max_pos = min((buf.shape[2] for _, buf in caches), default=1 << 30)
+    room = steps + (CHAIN if not interpret else 0) + 2
+    if max(contexts) + room > max_pos:
+        raise KogcError(f"context {max(contexts)} + {room} positions do not fit the KV cache of {max_pos}")
+    gen = torch.Generator().manual_seed(seed + 1)
+    fills = {c: [torch.randn(buf[:, :, :c].shape, generator=gen).to(buf.dtype) for _, buf in caches] for c in contexts}
+
+    def set_cache(context):            # these contents up to `context`, zeros after
+        for (_, buf), vals in zip(caches, fills[context]):
+            buf.zero_()
+            buf[:, :, :context].copy_(vals.to(buf.device))
+
+    eager = {}                         # eager's logits for TOKEN at each context, on the same cache
+    with torch.no_grad():
+        model.to(device)
+        for c in contexts:
+            set_cache(c)
+            logits, tok = model(torch.tensor(TOKEN, device=device), torch.tensor(c, device=device))
+            eager[c] = (logits.float().cpu(), int(tok))
+        model.to("cpu")
+    bw = None if interpret else read_bandwidth()
+    if bw:
+        _say(f"read bandwidth {bw / 1e12:.2f} TB/s", quiet)
+    res = {"config": {"model_file": model_file, "preset": preset, "checkpoint": checkpoint, "contexts": contexts,
+                      "steps": steps, "reps": reps, "date": time.strftime("%Y-%m-%d %H:%M"),
+                      "device": "CPU (Triton interpreter)" if interpret else torch.cuda.get_device_name()},
+           "read_bw_Bps": bw, "rows": []}
+    first: dict = {}
+    for vi, (v, cfg, opts) in enumerate(parsed):
+        t0 = time.perf_counter()
+        try:
+            ck = kogc_compile(model, interpret=interpret, tile_config=cfg, num_programs=opts.get("num_programs"),
+                              profile=opts.get("profile", False), num_warps=opts.get("num_warps"),
+                              max_registers=opts.get("max_registers"))
+        except Exception as e:     # a variant that cannot compile is a result, not the end of the sweep
+            res["rows"].append({"variant": v, "error": f"{type(e).__name__}: {str(e)[:300]}"})
+            _say(f"{json.dumps(v)}: FAILED {res['rows'][-1]['error']}", quiet, always=True)
+            continue
+        compile_s = time.perf_counter() - t0
+        for context in contexts:
+            try:
+                row = _measure(ck, model, set_cache, context, steps, reps, device, warmup, interpret)
+            except Exception as e:
+                res["rows"].append({"variant": v, "context": context, "error": f"{type(e).__name__}: {str(e)[:300]}"})
+                _say(f"{json.dumps(v)} context {context}: FAILED {res['rows'][-1]['error']}", quiet, always=True)
+                continue
+            logits, tok, chain = row.pop("_logits"), row["token"], row.pop("_chain")
+            e_logits, e_tok = eager[context]
+            ref = first.setdefault(context, {"logits": logits, "token": tok, "chain": chain})
+            miss = _miss(e_logits, tok, TIE_ULPS, ties)
+            floor = bytes_per_token(ck, context + steps // 2)
+            row.update(variant=v, context=context, num_programs=ck.schedule.num_programs, tasks=len(ck.schedule.tasks),
+                       compile_s=compile_s, rel_err_vs_eager=rel_err(logits, e_logits),
+                       same_token_as_eager=tok == e_tok,
+                       argmax_miss_vs_eager=miss, rel_err_vs_first_variant=rel_err(logits, ref["logits"]),
+                       same_token_as_first_variant=tok == ref["token"], floor_bytes=floor,
+                       of_floor=floor / bw / (row["ms_median"] * 1e-3) if bw else None,
+                       regs_spills=[getattr(ck.compiled, "n_regs", None), getattr(ck.compiled, "n_spills", None)])
+            if chain is not None and ref["chain"] is not None:
+                row["chain_rel_err_vs_first_variant"] = rel_err(chain[0], ref["chain"][0])
+                row["chain_same_token"] = chain[1] == ref["chain"][1]
+            row["ok"] = bool(row["rel_err_vs_eager"] <= limit and miss is None and row.get("chain_same_token", True))
+            if opts.get("profile"):
+                _profile(ck, row, out_dir, context, vi, model_file, preset, checkpoint, overrides, quiet)
+            res["rows"].append(row)
+            _say(format_row(row), quiet, always=True)
+        ck = None                      # free its buffers before the next variant
+        if not interpret:
+            torch.cuda.empty_cache()
+        if json_path:                  # after every variant: a run cut short keeps what it measured
+            _write(res, json_path)
+    res["passed"] = all(r.get("ok") for r in res["rows"]) and bool(res["rows"])
+    if json_path:
+        _write(res, json_path)
+    return res
+
+
+def _measure(ck, model, set_cache, context: int, steps: int, reps: int, device: str, warmup: int,
+             interpret: bool) -> dict:
+    from ..runtime.kernel import fill_kv_from
+    set_cache(context)
+    fill_kv_from(ck, model)
+    logits, tok = ck.step(TOKEN, context)
+    logits = logits.float().cpu()
+    ms = time_steps(lambda i: ck.launch(1 + i % 50, context + 1 + i), steps, reps, device, warmup=warmup)
+    chain = None
+    if not interpret:
+        # back to back, as timed: each launch reads the cache rows the ones before wrote (a launch that
+        # overlapped its predecessor would not see them), from the same cache
+        set_cache(context)
+        fill_kv_from(ck, model)
+        for i in range(CHAIN):
+            ck.launch(1 + i, context + 1 + i)
+        chain = (ck.logits_view.float().cpu().clone(), int(ck.buffers.OUT[0].item()))
+    # the same steps in ONE launch (no launch gap, each token fed back on the GPU); last, so that a
+    # profile's stamps are of this launch's last step
+    gen = [x / steps for x in time_steps(lambda i: ck.launch(1, context + 1, nsteps=steps), 1, reps, device,
+                                         warmup=min(warmup, 1))]
+    ck.raise_if_stuck()
+    med = sorted(ms)[len(ms) // 2]
+    return {"_logits": logits, "token": tok, "_chain": chain, "ms": ms, "ms_median": med, "tok_per_s": 1e3 / med,
+            "generate_ms": gen, "generate_ms_median": sorted(gen)[len(gen) // 2]}
+
+
+def _profile(ck, row, out_dir, context, vi, model_file, preset, checkpoint, overrides, quiet) -> None:
+    from ..analysis.stamps import save_stamps
+    from ..runtime.profile import chrome_trace, format_summary, summarize
+    row["profile"] = summarize(ck)
+    _say(format_summary(row["profile"]), quiet, always=True)
+    if out_dir:
+        os.makedirs(out_dir, exist_ok=True)
+        tag = f"{context}-v{vi}" if vi else f"{context}"
+        chrome_trace(ck, os.path.join(out_dir, f"trace-{tag}.json"))
+        row["task_times"] = save_stamps(ck, os.path.join(out_dir, f"task-times-{tag}.npz"), model_file=model_file,
+                                       preset=preset, checkpoint=checkpoint, overrides=overrides)
+
+
+def format_row(r: dict) -> str:
+    if "error" in r:
+        where = f" context {r['context']}" if "context" in r else ""
+        return f"{json.dumps(r['variant'])}{where}: FAILED {r['error']}"
+    floor = f", {r['of_floor']:.1%} of floor" if r.get("of_floor") else ""
+    chain = (f", after {CHAIN} launches back to back {r['chain_rel_err_vs_first_variant']:.1e}"
+             if "chain_rel_err_vs_first_variant" in r else "")
+    return (f"{json.dumps(r['variant'])} programs={r['num_programs']} context {r['context']}: {r['ms_median']:.3f} ms, "
+            f"in one launch {r['generate_ms_median']:.3f} ms ({r['tok_per_s']:.0f} tok/s{floor}), {r['tasks']} tasks; "
+            f"vs eager: rel err {r['rel_err_vs_eager']:.1e}, "
+            + ("same token" if r["same_token_as_eager"] else
+               "other token (a near-tie)" if r["argmax_miss_vs_eager"] is None else "OTHER TOKEN")
+            + f"; vs first variant: rel err {r['rel_err_vs_first_variant']:.1e}{chain}"
+            + ("" if r["ok"] else "  <- MISMATCH"))
+
+
+def _say(msg: str, quiet: bool, always: bool = False) -> None:
+    if always:
+        print(msg, flush=True)
+    elif not quiet:
+        print(f"[sweep] {msg}", file=sys.stderr, flush=True)
+
+
+def _write(res: dict, path: str) -> None:
+    with open(path, "w") as f:
+        json.dump(res, f, indent=1, default=str)

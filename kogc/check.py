@@ -1,0 +1,313 @@
+"""`kogc check`: kogc's kernel against the model's own eager PyTorch on the same weights.
+
+Two checks, in one run:
+
+- step by step: `steps` decode steps from position 0, each fed eager's token; per step the relative
+  error of kogc's logits against eager's, and whether kogc picked eager's token (tie-aware, below);
+  with `fp32_ref`, both against the same weights upcast to fp32 (kogc must be no farther from it than
+  eager is, with a small slack);
+- generation: `generate` greedy tokens from ONE launch (`CompiledKernel.generate`), checked against
+  eager decoding the same sequence (teacher forcing, tie-aware), and the same tokens from a loop of
+  one-step launches (they must be equal), with both speeds.
+
+Tie-aware argmax: eager fp16 is one rounding of the model among several valid ones. Where eager's
+top two logits are within a couple of fp16 steps of each other, either token is a correct answer,
+and a different choice there is no error. `tie_aware_mismatches` counts a miss only where the logit
+eager gives kogc's token is more than `ulps` fp16 steps (the spacing of fp16 at the magnitude of
+eager's maximum) below eager's maximum: in particular every step where eager's own top two are more
+than that apart and kogc did not pick eager's token.
+"""
+from __future__ import annotations
+
+import copy
+import sys
+import time
+
+import torch
+
+from .errors import KogcError
+
+TIE_ULPS = 2.0            # a miss counts only when kogc's token is more than this many fp16 steps below eager's max
+FP32_SLACK = 0.10         # kogc's mean error against fp32 may exceed eager's by this fraction ...
+FP32_FLOOR = 1e-6         # ... plus this (an fp32 model's eager is its own fp32 reference: error 0)
+MEMORY_RATIO_MAX = 1.05   # GPU bytes kogc allocates over the bytes the model's buffers need ...
+MEMORY_SLACK = 16 << 20   # ... plus this (the task table and counters: most of a tiny model's bytes)
+DEFAULT_PROMPT = (1, 2, 3, 4)
+MODEL_BUFFERS = ("W", "EMB", "KV", "ACT", "F32", "SMALL")   # what the model itself needs (not the task table)
+
+
+def fp16_ulp(x, dtype: torch.dtype = torch.float16) -> torch.Tensor:
+    """The spacing of `dtype` (one step, an ulp) at the magnitude of `x`: 2**(floor(log2|x|)) * eps,
+    never below the spacing of the subnormals (2**-24 for fp16)."""
+    fi = torch.finfo(dtype)
+    x = torch.as_tensor(x, dtype=torch.float64).abs()
+    e = torch.floor(torch.log2(x.clamp(min=fi.tiny)))
+    return torch.exp2(e) * fi.eps
+
+
+def _miss(ref: torch.Tensor, token: int, ulps: float, dtype: torch.dtype) -> dict | None:
+    """None if `token` is eager's choice or within `ulps` steps of it in `ref` (eager's logits)."""
+    ref = ref.detach().reshape(-1).double().cpu()
+    top2 = torch.topk(ref, min(2, ref.numel()))
+    best = int(torch.argmax(ref))                     # the first maximum: greedy's tie rule
+    if token == best:
+        return None
+    unit = float(fp16_ulp(ref[best], dtype))
+    top2_gap = float(top2.values[0] - top2.values[-1])
+    gap = float(ref[best] - ref[token]) if 0 <= token < ref.numel() else float("inf")
+    if gap <= ulps * unit:
+        return None
+    return {"kogc": int(token), "eager": best, "gap": gap, "gap_ulps": gap / unit, "top2_gap": top2_gap,
+            "ulp": unit}
+
+
+def tie_aware_mismatches(eager_logits, kogc_tokens, ulps: float = TIE_ULPS,
+                         dtype: torch.dtype = torch.float16) -> list[dict]:
+    """The steps where kogc's token is a real miss against eager's logits.
+
+    eager_logits: [steps, vocab] (a tensor or a sequence of 1-D tensors), kogc_tokens: one token per
+    step. A step counts when kogc's token differs from eager's argmax AND eager's logit for it is more
+    than `ulps` steps of `dtype` (at the magnitude of eager's maximum) below that maximum; a token
+    outside the vocabulary always counts. Returns one dict per miss: step, kogc, eager, gap (eager's
+    max minus eager's logit of kogc's token), gap_ulps, top2_gap (eager's own top-two gap), ulp."""
+    rows = list(eager_logits)
+    tokens = [int(t) for t in kogc_tokens]
+    if len(rows) != len(tokens):
+        raise ValueError(f"{len(rows)} rows of logits for {len(tokens)} tokens")
+    out = []
+    for step, (ref, tok) in enumerate(zip(rows, tokens)):
+        m = _miss(ref, tok, ulps, dtype)
+        if m is not None:
+            out.append({"step": step, **m})
+    return out
+
+
+def is_near_tie(ref: torch.Tensor, ulps: float = TIE_ULPS, dtype: torch.dtype = torch.float16) -> bool:
+    """Eager's own top two logits are at most `ulps` steps of `dtype` apart."""
+    ref = ref.detach().reshape(-1).double().cpu()
+    if ref.numel() < 2:
+        return False
+    top = torch.topk(ref, 2).values
+    return bool(top[0] - top[1] <= ulps * fp16_ulp(top[0], dtype))
+
+
+def no_farther_than_eager(kogc_err: float, eager_err: float, slack: float = FP32_SLACK,
+                          floor: float = FP32_FLOOR) -> bool:
+    """kogc's error against the fp32 reference is at most eager's, with `slack` (relative) and
+    `floor` (absolute) to spare."""
+    return kogc_err <= eager_err * (1.0 + slack) + floor
+
+
+def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
+    a, b = a.detach().double().cpu(), b.detach().double().cpu()
+    return float((a - b).norm() / b.norm().clamp(min=1e-30))
+
+
+def tie_dtype(model_dtype: torch.dtype) -> torch.dtype:
+    """Whose steps measure a tie: bf16's for a bf16 model, fp16's otherwise (fp32 models included)."""
+    return torch.bfloat16 if model_dtype == torch.bfloat16 else torch.float16
+
+
+def default_max_rel_err(model_dtype: torch.dtype) -> float:
+    return 1e-4 if model_dtype == torch.float32 else 1e-2
+
+
+def _progress(msg: str, quiet: bool) -> None:
+    if not quiet:
+        print(f"[check] {msg}", file=sys.stderr, flush=True)
+
+
+def _sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def _reset(model) -> None:
+    """The eager model's KV cache back to zeros (its own reset_cache if it has one)."""
+    if callable(getattr(model, "reset_cache", None)):
+        model.reset_cache()
+        return
+    for name, buf in model.named_buffers():
+        if name.endswith("cache"):
+            buf.zero_()
+
+
+def run_check(model_file: str, preset: str | None, steps: int = 256, generate: int = 256,
+              prompt=DEFAULT_PROMPT, fp32_ref: bool = False, seed: int = 0, checkpoint: str | None = None,
+              overrides: dict | None = None, tile_config=None, interpret: bool = False,
+              max_rel_err: float | None = None, quiet: bool = False) -> dict:
+    """Compile the model and run both checks; returns the results with "passed" and "failures"."""
+    from .api import compile as kogc_compile
+    from .frontend.model_file import build_model
+
+    if steps < 0 or generate < 0:
+        raise KogcError("--steps and --generate must be >= 0")
+    if steps == 0 and generate == 0:
+        raise KogcError("nothing to check: --steps and --generate are both 0")
+    prompt = [int(t) for t in prompt]
+    device = "cpu" if interpret else "cuda"
+    res: dict = {"model_file": model_file, "preset": preset, "checkpoint": checkpoint, "seed": seed,
+                 "device": "CPU (Triton interpreter)" if interpret else torch.cuda.get_device_name(),
+                 "date": time.strftime("%Y-%m-%d %H:%M"), "steps": steps, "generate": generate}
+    t0 = time.perf_counter()
+    model = build_model(model_file, preset=preset, checkpoint=checkpoint, seed=seed, **(overrides or {}))
+    dtype = next(model.parameters()).dtype
+    ties = tie_dtype(dtype)
+    limit = max_rel_err if max_rel_err is not None else default_max_rel_err(dtype)
+    res.update(dtype=str(dtype).replace("torch.", ""), max_rel_err_allowed=limit, tie_ulps=TIE_ULPS,
+               tie_dtype=str(ties).replace("torch.", ""))
+    _progress(f"built {preset or checkpoint} ({time.perf_counter() - t0:.1f}s); compiling", quiet)
+    if not interpret:
+        torch.cuda.synchronize()
+        mem0 = torch.cuda.memory_allocated()
+    t0 = time.perf_counter()
+    ck = kogc_compile(model, interpret=interpret, tile_config=tile_config)
+    res["compile_s"] = time.perf_counter() - t0
+    vocab, max_pos = ck.vocab, ck.max_pos
+    if steps > max_pos:
+        raise KogcError(f"--steps {steps} does not fit the KV cache of {max_pos} positions")
+    if generate:
+        ck.check_generate(prompt, generate, 0.0, None, None, None, None)
+    failures: list[str] = []
+    if not interpret:
+        torch.cuda.synchronize()
+        used = torch.cuda.memory_allocated() - mem0
+        parts = ck.memory_bytes()
+        needed = sum(parts.get(k, 0) for k in MODEL_BUFFERS)
+        res.update(gpu_bytes_used=used, gpu_bytes_needed=needed, memory_ratio=used / needed)
+        if used > needed * MEMORY_RATIO_MAX + MEMORY_SLACK:
+            failures.append(f"memory: kogc allocated {used / needed:.3f}x the bytes its buffers need (more than "
+                            f"{MEMORY_RATIO_MAX}x + {MEMORY_SLACK >> 20} MiB)")
+    ref32 = None
+    if fp32_ref:
+        ref32 = copy.deepcopy(model).float().to(device)
+        _reset(ref32)
+    eager = model.to(device)
+    _reset(eager)
+    with torch.no_grad():
+        if steps:
+            _progress(f"{steps} steps against eager, one launch each", quiet)
+            res.update(_check_steps(ck, eager, ref32, steps, prompt[0], device, ties))
+            if res["max_rel_err"] > limit:
+                failures.append(f"steps: max relative error {res['max_rel_err']:.2e} > {limit:.0e}")
+            if res["argmax_misses"]:
+                failures.append(f"steps: {len(res['argmax_misses'])} argmax misses beyond {TIE_ULPS:g} steps of "
+                                f"eager's maximum")
+            if ref32 is not None and not res["fp32"]["kogc_no_farther_than_eager"]:
+                f = res["fp32"]
+                failures.append(f"fp32 reference: kogc's mean error {f['kogc_mean_rel_err']:.2e} > eager's "
+                                f"{f['eager_mean_rel_err']:.2e} (+{FP32_SLACK:.0%})")
+        ref32 = None
+        if generate:
+            _progress(f"{generate} greedy tokens in one launch against eager and a step loop", quiet)
+            _reset(eager)
+            ck.reset()
+            res["generation"] = g = _check_generate(ck, eager, prompt, generate, device, ties, interpret)
+            if g["argmax_misses"]:
+                failures.append(f"generation: {len(g['argmax_misses'])} tokens beyond {TIE_ULPS:g} steps of "
+                                f"eager's maximum")
+            if not g["step_loop_same_tokens"]:
+                failures.append(f"generation: a loop of one-step launches gave other tokens than one launch (first "
+                                f"difference at token {g['step_loop_first_difference']})")
+    res["vocab"] = vocab
+    res["failures"] = failures
+    res["passed"] = not failures
+    return res
+
+
+def _check_steps(ck, eager, ref32, steps: int, token: int, device: str, ties: torch.dtype) -> dict:
+    errs, misses, agree, near = [], [], 0, 0
+    e32 = {"kogc": [], "eager": []}
+    miss32 = {"kogc": 0, "eager": 0}
+    tok = token
+    for pos in range(steps):
+        t, p = torch.tensor(tok, device=device), torch.tensor(pos, device=device)
+        ref_logits, ref_tok = eager(t, p)
+        logits, got = ck.step(tok, pos)
+        ref = ref_logits.float().cpu()
+        errs.append(rel_err(logits.float(), ref))
+        agree += int(got == int(ref_tok))
+        near += int(is_near_tie(ref, dtype=ties))
+        m = _miss(ref, got, TIE_ULPS, ties)
+        if m is not None:
+            misses.append({"step": pos, **m})
+        if ref32 is not None:
+            l32, _ = ref32(t, p)
+            l32 = l32.float().cpu()
+            for name, (lg, tk) in {"kogc": (logits, got), "eager": (ref_logits, int(ref_tok))}.items():
+                e32[name].append(rel_err(lg.float(), l32))
+                miss32[name] += int(_miss(l32, tk, TIE_ULPS, ties) is not None)
+        tok = int(ref_tok)
+    out = {"max_rel_err": max(errs), "mean_rel_err": sum(errs) / len(errs), "argmax_agreement": agree / steps,
+           "argmax_misses": misses, "eager_near_ties": near}
+    if ref32 is not None:
+        k, e = sum(e32["kogc"]) / steps, sum(e32["eager"]) / steps
+        out["fp32"] = {"kogc_mean_rel_err": k, "eager_mean_rel_err": e, "kogc_argmax_misses": miss32["kogc"],
+                       "eager_argmax_misses": miss32["eager"],
+                       "kogc_no_farther_than_eager": no_farther_than_eager(k, e)}
+    return out
+
+
+def _check_generate(ck, eager, prompt: list[int], n: int, device: str, ties: torch.dtype, interpret: bool) -> dict:
+    if not interpret:                      # the kernel's first compile out of the timing
+        ck.generate(prompt, min(2, n))
+        _sync(device)
+    t0 = time.perf_counter()
+    tokens = ck.generate(prompt, n)
+    _sync(device)
+    gen_s = time.perf_counter() - t0
+    # the same tokens from one launch per token (and one host round trip each)
+    for pos, t in enumerate(prompt[:-1]):
+        ck.step(t, pos)
+    _sync(device)
+    t0 = time.perf_counter()
+    tok, loop = prompt[-1], []
+    for i in range(n):
+        _, tok = ck.step(tok, len(prompt) - 1 + i)
+        loop.append(tok)
+    _sync(device)
+    step_s = time.perf_counter() - t0
+    rows, seq = [], prompt + tokens
+    for pos in range(len(seq) - 1):        # eager decodes kogc's sequence (teacher forcing)
+        logits, _ = eager(torch.tensor(seq[pos], device=device), torch.tensor(pos, device=device))
+        if pos >= len(prompt) - 1:
+            rows.append(logits.float().cpu())
+    misses = tie_aware_mismatches(rows, tokens, TIE_ULPS, ties)
+    exact = sum(int(torch.argmax(r)) == t for r, t in zip(rows, tokens))
+    diff = next((i for i, (a, b) in enumerate(zip(tokens, loop)) if a != b), None)
+    return {"tokens": len(tokens), "prompt": prompt, "equal_eager_argmax": exact, "argmax_misses": misses,
+            "generate_tok_per_s": len(tokens) / gen_s, "step_loop_tok_per_s": n / step_s,
+            "step_loop_same_tokens": tokens == loop, "step_loop_first_difference": diff}
+
+
+def format_check(res: dict) -> str:
+    lines = [f"{res['preset'] or res['checkpoint']} ({res['dtype']}) on {res['device']} ({res['date']}), "
+             f"compiled in {res['compile_s']:.1f}s"]
+    if "memory_ratio" in res:
+        lines.append(f"GPU memory: {res['gpu_bytes_used'] / 1e9:.3f} GB used for {res['gpu_bytes_needed'] / 1e9:.3f} "
+                     f"GB of buffers ({res['memory_ratio']:.3f}x)")
+    if res["steps"]:
+        lines.append(f"steps: {res['steps']} against eager: relative error max {res['max_rel_err']:.2e} mean "
+                     f"{res['mean_rel_err']:.2e} (allowed {res['max_rel_err_allowed']:.0e}); argmax equal "
+                     f"{res['argmax_agreement']:.1%}, {len(res['argmax_misses'])} misses beyond "
+                     f"{res['tie_ulps']:g} {res['tie_dtype']} steps; {res['eager_near_ties']} steps are near-ties "
+                     f"in eager")
+        for m in res["argmax_misses"][:5]:
+            lines.append(f"  miss at step {m['step']}: kogc {m['kogc']}, eager {m['eager']}, "
+                         f"{m['gap_ulps']:.1f} steps below eager's max")
+        if "fp32" in res:
+            f = res["fp32"]
+            lines.append(f"fp32 reference: mean relative error kogc {f['kogc_mean_rel_err']:.2e}, eager "
+                         f"{f['eager_mean_rel_err']:.2e}; argmax misses kogc {f['kogc_argmax_misses']}, eager "
+                         f"{f['eager_argmax_misses']} -> kogc "
+                         + ("no farther than eager" if f["kogc_no_farther_than_eager"] else "FARTHER than eager"))
+    g = res.get("generation")
+    if g:
+        lines.append(f"generation: {g['tokens']} tokens in one launch, {g['equal_eager_argmax']} equal eager's argmax, "
+                     f"{len(g['argmax_misses'])} misses beyond {res['tie_ulps']:g} steps; step loop "
+                     + ("same tokens" if g["step_loop_same_tokens"] else
+                        f"DIFFERS from token {g['step_loop_first_difference']}")
+                     + f"; generate {g['generate_tok_per_s']:.1f} tok/s, step loop "
+                       f"{g['step_loop_tok_per_s']:.1f} tok/s")
+    lines.append("RESULT: " + ("PASS" if res["passed"] else "FAIL: " + "; ".join(res["failures"])))
+    return "\n".join(lines)

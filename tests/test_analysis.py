@@ -1,0 +1,214 @@
+"""kogc.analysis and `kogc analyze`: replays of a schedule with measured task times (as scheduled, the
+chain, perfect balance, with overheads), the chain's make-up, a layer's phases; task-times files."""
+import json
+import types
+
+import numpy as np
+import pytest
+from conftest import MODEL_FILE, tiny
+
+from kogc.analysis import (PHASES, body_us, chain_composition, first_layers, layer_phases, load_stamps, longest_path,
+                           measured_overheads, save_stamps, schedule_for, tail_spans, weight_rate)
+from kogc.analysis.phases import PHASE_OF, TAIL_KINDS
+from kogc.cli import main
+from kogc.frontend import to_ir
+from kogc.runtime.profile import kind_key
+from kogc.scheduler import build_schedule
+from kogc.scheduler.check import run_order
+from kogc.scheduler.tile import ESIZE
+from kogc.targets import get_target
+
+META = {"model_file": MODEL_FILE, "config": "tiny", "num_programs": 4, "target": "h200", "overrides": {}}
+
+
+@pytest.fixture(scope="module")
+def parallel():
+    return build_schedule(to_ir(tiny(num_lanes=2)), get_target("h200"), "parallel", num_programs=8)
+
+
+@pytest.fixture(scope="module")
+def sequential():
+    return build_schedule(to_ir(tiny(num_lanes=2, num_hidden_layers=4)), get_target("h200"), "sequential")
+
+
+def played(schedule, body_ns=2000, notify_ns=500, table_ns=200):
+    """A timeline by the kernel's rules: a task starts when its program's previous task ends, its waits
+    end `notify_ns` after the last producer it waits on ended (or its start, if later; `table_ns` after
+    its start without waits), its body takes `body_ns` (+ 100 ns per id mod 3). (ids, ts) in queue order."""
+    prog = {tid: p for p, q in enumerate(schedule.queues) for tid in q}
+    last, done, rows = {}, {}, {}
+    for tid in run_order(schedule.tasks, schedule.events, schedule.queues):
+        t = schedule.tasks[tid]
+        start = last.get(prog[tid], 0)
+        ready = max((done[g] for g, _ in t.waits), default=None)
+        after = max(start, ready) + notify_ns if ready is not None else start + table_ns
+        end = after + body_ns + 100 * (tid % 3)
+        rows[tid] = (start, after, end)
+        last[prog[tid]] = end
+        done[t.group] = max(done.get(t.group, 0), end)
+    ids = np.array([tid for q in schedule.queues for tid in q])
+    return ids, np.array([rows[tid] for tid in ids], dtype=np.int64)
+
+
+def test_one_queue_takes_the_sum_of_its_tasks(sequential):
+    s = sequential
+    ones = [1.0] * len(s.tasks)
+    assert longest_path(s, ones, 0.0, queues=True)[0] == len(s.tasks)
+    # a wait adds the latency only where it delays a task: at most once per task
+    assert len(s.tasks) <= longest_path(s, ones, 0.5, queues=True)[0] <= len(s.tasks) * 1.5
+    per_task = [0.5 + (t.id % 3) for t in s.tasks]
+    assert longest_path(s, per_task, 0.0, queues=True)[0] == sum(per_task)
+
+
+def test_bounds_are_ordered(parallel):
+    s = parallel
+    dur = [1.0 + 0.1 * len(kind_key(t)) for t in s.tasks]
+    sched, latest = longest_path(s, dur, 1.0, queues=True)
+    chain, _ = longest_path(s, dur, 1.0, queues=False)
+    assert chain <= sched and sum(dur) / len(s.queues) <= sched
+    assert max(latest.values()) == sched == latest["argmax"]      # the step ends with its token
+
+
+def test_chain_composition_adds_up(parallel):
+    s = parallel
+    dur = [1.0 + (t.id % 5) * 0.25 for t in s.tasks]
+    c = chain_composition(s, dur, 0.5)
+    chain, _ = longest_path(s, dur, 0.5, queues=False)
+    assert abs(c["chain_us"] - chain) < 1e-9
+    assert abs(c["hop_us_total"] + sum(v["us"] for v in c["per_kind"].values()) - chain) < 1e-9
+    assert c["per_kind"]["embed"]["tasks"] == 1 and c["per_kind"]["argmax"]["tasks"] == 1
+
+
+def test_replay_with_overheads(parallel):
+    # no overheads: the plain in-order replay; overheads only delay, and a program's tasks take at
+    # least the sum of their overheads and bodies
+    s = parallel
+    dur = [1.0 + (t.id % 5) * 0.25 for t in s.tasks]
+    plain, _ = longest_path(s, dur, 0.5, queues=True)
+    assert abs(longest_path(s, dur, 0.5, True, [0.0] * len(dur))[0] - plain) < 1e-9
+    over = [1.5 if t.waits else 0.25 for t in s.tasks]
+    slower = longest_path(s, dur, 0.5, True, over)[0]
+    assert slower > plain and slower >= max(sum(dur[t] + over[t] for t in q) for q in s.queues)
+
+
+def test_a_played_timeline_is_replayed_exactly(parallel):
+    # the timeline follows the replay's own rules: the measured overheads are the table reads of
+    # tasks without waits (0.2 us), a ready wait's 0.5 us for tasks with waits, the notify 0.5 us, and
+    # the replay with them gives the measured span
+    s = parallel
+    ids, ts = played(s)
+    over, notify = measured_overheads(s, ids, ts)
+    assert notify == pytest.approx(0.5)
+    assert all(o == pytest.approx(0.2) for o, t in zip(over, s.tasks) if not t.waits)
+    with_waits = [o for o, t in zip(over, s.tasks) if t.waits]
+    assert sum(o == pytest.approx(0.5) for o in with_waits) > len(with_waits) / 2
+    span = float(ts[:, 2].max() - ts[:, 0].min()) / 1e3
+    assert longest_path(s, body_us(s, ids, ts), notify, True, over)[0] == pytest.approx(span, rel=0.02)
+
+
+def test_phases_add_up_to_the_layer(sequential):
+    # one queue back to back, every task 0.5 us of wait then 1 us of body: each phase's body is 1 us,
+    # its task count the schedule's, and the phases span a whole layer (last W2 to last W2)
+    s = sequential
+    ids = np.array(s.queues[0])
+    ts = np.array([[k * 1500, k * 1500 + 500, k * 1500 + 1500] for k in range(len(ids))], dtype=np.int64)
+    phases = layer_phases(s, ids, ts)
+    assert [r["phase"] for r in phases] == list(PHASES)
+    assert all(abs(r["body"] - 1.0) < 1e-9 for r in phases)
+    per_lane = {p: sum(1 for t in s.tasks if t.lane == 0 and t.layer == 1 and PHASE_OF.get(kind_key(t)) == p)
+                for p in PHASES}
+    assert {r["phase"]: r["tasks"] for r in phases} == per_lane
+    end = {int(tid): ts[j, 2] / 1e3 for j, tid in enumerate(ids)}
+    w2 = {}
+    for t in s.tasks:
+        if t.layer is not None and PHASE_OF.get(kind_key(t)) == "W2":
+            w2[(t.lane, t.layer)] = max(w2.get((t.lane, t.layer), 0.0), end[t.id])
+    layer_us = np.mean([w2[(lane, layer)] - w2[(lane, layer - 1)] for lane in (0, 1) for layer in (1, 2)])
+    assert abs(sum(r["span"] for r in phases) - layer_us) < 1e-9
+
+
+def test_first_layers_weight_rate_and_tail(sequential):
+    s = sequential
+    ids = np.array(s.queues[0])
+    ts = np.array([[k * 1500, k * 1500 + 500, k * 1500 + 1500] for k in range(len(ids))], dtype=np.int64)
+    rows = first_layers(s, ids, ts, 2)
+    assert {r["layer"] for r in rows} == {0, 1}
+    for r in rows:
+        ks = [k for k, tid in enumerate(ids) if s.tasks[tid].layer == r["layer"]
+              and PHASE_OF.get(kind_key(s.tasks[tid])) == r["phase"]]
+        assert r["start"] == ks[0] * 1.5 and r["end"] == ks[-1] * 1.5 + 1.5
+    rate = weight_rate(s, ids, ts, len(ids) * 1.5 + 5, width_us=5.0)      # every tile counted once
+    total = sum(t.weight.numel for t in s.tasks if t.weight) * ESIZE[s.dtype]
+    assert abs(sum(x * 5e-6 * 1e12 for x in rate) - total) < 1e-3 * total
+    spans = tail_spans(s, ids, ts)
+    assert set(spans) == set(TAIL_KINDS)
+    where = {k: [j for j, tid in enumerate(ids) if kind_key(s.tasks[tid]) == k] for k in TAIL_KINDS}
+    assert all(spans[k] == (where[k][0] * 1.5, where[k][-1] * 1.5 + 1.5) for k in TAIL_KINDS)
+
+
+@pytest.fixture(scope="module")
+def stamps_file(tmp_path_factory):
+    """A task-times file as kogc bench / sweep write it (save_stamps), for tiny on 4 programs, with a
+    played timeline in place of a GPU's stamps."""
+    s = schedule_for(META)
+    ids, ts = played(s)
+    prof = np.zeros((len(s.queues), max(len(q) for q in s.queues), 3), dtype=np.int64)
+    j = 0
+    for p, q in enumerate(s.queues):
+        prof[p, :len(q)] = ts[j:j + len(q)] + 1_000_000          # absolute, as the kernel records them
+        j += len(q)
+    ck = types.SimpleNamespace(schedule=s, buffers=types.SimpleNamespace(PROF=types.SimpleNamespace(
+        cpu=lambda: types.SimpleNamespace(numpy=lambda: prof))))
+    path = save_stamps(ck, str(tmp_path_factory.mktemp("stamps") / "task-times"), model_file=MODEL_FILE, preset="tiny")
+    return path, s, ids, ts
+
+
+def test_stamps_round_trip(stamps_file):
+    path, s, ids, ts = stamps_file
+    assert path.endswith(".npz")
+    got_ids, got_ts, meta = load_stamps(path)
+    assert (got_ids == ids).all() and (got_ts == ts).all()
+    assert meta["config"] == "tiny" and meta["num_programs"] == 4 and meta["target"] == "h200"
+    assert meta["tile_config"] == {} and meta["tasks"] == len(s.tasks)
+
+
+@pytest.mark.parametrize("what, expect", [
+    ("replay", ["step span", "perfect balance", "as scheduled with the measured start overheads"]),
+    ("chain", ["the chain at 0.5 us per hop", "argmax"]),
+    ("phases", ["| QKV |", "| W2 |", "| layer |", "tail: argmax"]),
+])
+def test_analyze_command(stamps_file, tmp_path, capsys, what, expect):
+    path = stamps_file[0]
+    out = tmp_path / "a.json"
+    assert main(["analyze", what, path, "--latency-us", "0.5,1", "--first-layers", "2", "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert all(e in text for e in expect), text
+    res = json.loads(out.read_text())
+    if what == "replay":
+        assert [r["latency_us"] for r in res["rows"]] == [0.5, 1.0]
+        assert res["with_overheads"]["as_scheduled_us"] == pytest.approx(res["measured_span_us"], rel=0.02)
+        assert all(r["chain_us"] <= r["as_scheduled_us"] for r in res["rows"])
+
+
+def test_analyze_refuses_another_schedule_and_bad_files(stamps_file, tmp_path, capsys):
+    path = stamps_file[0]
+    for argv, message in [
+            (["analyze", "replay", path, "--programs", "8"], "not the schedule the profile was taken with"),
+            (["analyze", "replay", path, "--lanes", "1"], "not the schedule"),
+            (["analyze", "replay", str(tmp_path / "none.npz")], "no such file"),
+            (["analyze", "replay", MODEL_FILE], "not a task-times file"),
+            (["analyze", "replay", path, "--latency-us", "x"], "--latency-us must be comma-separated numbers"),
+            (["analyze", "replay", path, "--target", "tpu"], "tpu"),
+            (["analyze", "sideways", path], "invalid choice")]:
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("kogc: error: ") and message in err[0], (argv, err)
+
+
+def test_analyze_reads_files_without_a_record(stamps_file, tmp_path, capsys):
+    # a file saved with ids and ts only: the schedule comes from the options
+    _, s, ids, ts = stamps_file
+    bare = tmp_path / "bare.npz"
+    np.savez_compressed(bare, ids=ids, ts=ts)
+    assert main(["analyze", "chain", str(bare), MODEL_FILE, "--config", "tiny", "--programs", "4"]) == 0
+    assert "the chain at 1 us per hop" in capsys.readouterr().out

@@ -1,0 +1,73 @@
+"""`kogc sweep` under the interpreter: every variant at every context, each checked against eager and
+the first variant; bad variants refused before anything runs."""
+import json
+import os
+
+import pytest
+import torch
+
+from kogc.bench.sweep import parse_variants
+from kogc.cli import main
+
+MICRO = os.path.join(os.path.dirname(os.path.abspath(__file__)), "micro_laneformer.py")
+
+# runs the kernel under Triton's interpreter in this process: a CPU test (a process that runs GPU
+# kernels has imported Triton without the interpreter)
+CPU_ONLY = pytest.mark.skipif(torch.cuda.is_available(), reason="interpreter in-process: CPU only")
+
+
+@CPU_ONLY
+def test_sweep_under_the_interpreter(tmp_path, capsys):
+    out = tmp_path / "sweep.json"
+    rc = main(["sweep", MICRO, "--config", "micro", "--interpret", "--context", "6", "--steps", "1", "--reps", "1",
+               "--variants", '[{}, {"attn_splits": 4}]', "--json", str(out)])
+    text = capsys.readouterr().out
+    assert rc == 0, text
+    res = json.loads(out.read_text())
+    rows = res["rows"]
+    assert [(r["variant"], r["context"]) for r in rows] == [({}, 6), ({"attn_splits": 4}, 6)]
+    assert all(r["ok"] and r["same_token_as_eager"] and r["rel_err_vs_eager"] < 1e-5 for r in rows)
+    assert rows[0]["rel_err_vs_first_variant"] == 0.0 and rows[1]["rel_err_vs_first_variant"] < 1e-5
+    assert rows[1]["tasks"] > rows[0]["tasks"]            # more attention splits, more tasks
+    assert res["passed"] and len(text.strip().splitlines()) == 2 and "vs eager" in text
+
+
+def test_variants_are_parsed_and_checked():
+    (v, cfg, opts), = parse_variants('[{"attn_splits": 4, "num_programs": 8}]', interpret=True)
+    assert v == {"attn_splits": 4, "num_programs": 8} and cfg.attn_splits == 4 and opts == {"num_programs": 8}
+    assert parse_variants("{}", interpret=False)[0][1] is None        # one object: one variant, the defaults
+    # --tile-config is every variant's start; a variant's own fields win
+    (_, a, _), (_, b, _) = parse_variants('[{}, {"attn_splits": 8}]', False,
+                                          base='{"attn_splits": 4, "elem_block": 512}')
+    assert (a.attn_splits, a.elem_block, b.attn_splits, b.elem_block) == (4, 512, 8, 512)
+
+
+@CPU_ONLY
+@pytest.mark.parametrize("variants, message", [
+    ("[{", "not JSON"),
+    ("[1]", "JSON list of objects"),
+    ("[]", "JSON list of objects"),
+    ('[{"tile_size": 4096}]', "unknown field"),
+    ('[{"attn_splits": 3}]', "attn_splits"),
+    ('[{"num_programs": 0}]', "num_programs must be a positive integer"),
+    ('[{"profile": true}]', "needs a GPU timer"),
+])
+def test_sweep_bad_variants(variants, message, capsys):
+    assert main(["sweep", MICRO, "--config", "micro", "--interpret", "--variants", variants]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("kogc: error: ") and message in err[0], err
+
+
+@CPU_ONLY
+def test_sweep_bad_context(capsys):
+    assert main(["sweep", MICRO, "--config", "micro", "--interpret", "--context", "1,x"]) == 2
+    assert "--context must be comma-separated integers" in capsys.readouterr().err
+    assert main(["sweep", MICRO, "--config", "micro", "--interpret", "--context", "120", "--steps", "50"]) == 2
+    assert "do not fit the KV cache" in capsys.readouterr().err
+
+
+def test_sweep_without_gpu_says_so(capsys):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    assert main(["sweep", "--config", "tiny"]) == 2
+    assert capsys.readouterr().err.startswith("kogc: error: no GPU here")
