@@ -1,6 +1,6 @@
 """The Laneformer in plain PyTorch: one call = one decode step (batch 1, one token, one position).
 
-Exactly the model of ../shared/design/LANEFORMER.md. Tensors carry the lane axis first: the
+Exactly the model of docs/laneformer.md. Tensors carry the lane axis first: the
 residual stream is h[L, D] and every lane-batched weight is [L, rows, cols]. A static KV cache
 lives in non-persistent buffers, so `state_dict()` holds exactly the published checkpoint keys.
 
@@ -332,4 +332,25 @@ def kogc_model(preset: str | None = None, checkpoint: str | None = None, device:
     if preset not in PRESETS:
         raise KeyError(f"unknown preset {preset!r}; known: {', '.join(PRESETS)}")
     cfg = dataclasses.replace(PRESETS[preset], **overrides)
-    return build(cfg, device=device, dtype=dtype, seed=seed)
+    model = build(cfg, device=device, dtype=dtype, seed=seed)
+    if cfg == PRESETS[preset]:
+        profiles = placement_profiles(preset)
+        if profiles:      # kogc.compile places with the one of its target and tile size, if any
+            model.kogc_placement = profiles
+    return model
+
+
+PROFILES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "profiles")
+
+
+def placement_profiles(preset: str) -> list[dict]:
+    """The measured task times shipped for a preset, one per target (profiles/<preset>.<target>.json: the
+    mean task bodies of a `kogc bench --profile` run), as kogc's placement reads them."""
+    out = []
+    for name in sorted(os.listdir(PROFILES)) if os.path.isdir(PROFILES) else []:
+        if name.startswith(preset + ".") and name.endswith(".json"):
+            with open(os.path.join(PROFILES, name)) as f:
+                d = json.load(f)
+            if d.get("model") == preset:
+                out.append({"target": d["target"], "tile_bytes": d["tile_bytes"], "kind_us": d["kind_us"]})
+    return out

@@ -1,15 +1,71 @@
 """`kogc.compile(module, target=...)`: trace, schedule, generate, pack, allocate."""
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
+from .errors import KogcError
 from .frontend import to_ir
 from .runtime.kernel import CompiledKernel, weights_of
 from .scheduler import TileConfig, build_schedule
-from .targets import get_target
+from .targets import ALIASES, Target, get_target, target_for_device
 
 # The interpreter runs programs one after another: big tiles keep the task count (and time) down.
 INTERPRETER_TILES = TileConfig(tile_bytes=1 << 20, attn_splits=2, attn_block=16, elem_block=4096)
+
+PLACEMENT_ATTRIBUTE = "kogc_placement"
+
+
+def placement_profiles(module: torch.nn.Module) -> list[dict]:
+    """The placement profiles a model carries (its `kogc_placement` attribute: one dict or a list of
+    them, each {"tile_bytes": int, "kind_us": {task kind: microseconds}, optionally "target": name}),
+    checked; [] if it carries none."""
+    value = getattr(module, PLACEMENT_ATTRIBUTE, None)
+    if value is None:
+        return []
+    profiles = value if isinstance(value, (list, tuple)) else [value]
+    for p in profiles:
+        ok = (isinstance(p, dict) and isinstance(p.get("tile_bytes"), int) and isinstance(p.get("kind_us"), dict)
+              and all(isinstance(k, str) and isinstance(v, (int, float)) and v > 0 for k, v in p["kind_us"].items())
+              and (p.get("target") is None or str(p["target"]).lower() in ALIASES))
+        if not ok:
+            raise KogcError(f"{type(module).__name__}.{PLACEMENT_ATTRIBUTE}: a placement profile is "
+                            f"{{\"tile_bytes\": int, \"kind_us\": {{kind: us > 0}}, \"target\": name}}, got {p!r}")
+    return list(profiles)
+
+
+def profile_kind_us(module: torch.nn.Module, target: Target, tile_bytes: int) -> dict | None:
+    """The measured task times a model ships for this target and tile size (None: none apply)."""
+    for p in placement_profiles(module):
+        name = p.get("target")
+        if (name is None or ALIASES[str(name).lower()] == target.name) and p["tile_bytes"] == tile_bytes:
+            return dict(p["kind_us"])
+    return None
+
+
+def tile_config_for(module: torch.nn.Module, target: Target, tile_config: TileConfig | None = None,
+                    interpret: bool = False) -> TileConfig:
+    """The settings a compile of `module` uses: `tile_config` (else the defaults, the interpreter's
+    under the interpreter), with the placement's cost model filled in: the config's own kind_us if
+    set, else the model's shipped profile for this target when it was measured with the config's
+    tile size, else none (the bytes model). Anything that schedules a model for a kernel (kogc compile,
+    kogc analyze) should go through this, so that it places as kogc.compile does."""
+    cfg = tile_config or (INTERPRETER_TILES if interpret else TileConfig())
+    if cfg.kind_us is None:
+        kind_us = profile_kind_us(module, target, cfg.tile_bytes)
+        if kind_us:
+            cfg = dataclasses.replace(cfg, kind_us=kind_us)
+    return cfg
+
+
+def device_target(target: Target, device: str | torch.device = "cuda", num_warps: int | None = None,
+                  max_registers: int | None = None) -> Target:
+    """`target` fitted to the CUDA device (its SMs, register file, L2, memory), with the programs per SM
+    counted at the warps and register cap the kernel is launched with."""
+    launched = dataclasses.replace(target, num_warps=num_warps or target.num_warps,
+                                   max_registers=max_registers or target.max_registers)
+    return target_for_device(launched, torch.cuda.get_device_properties(torch.device(device)))
 
 
 def compile(module: torch.nn.Module, target: str = "h200", device: str | None = None,
@@ -18,13 +74,16 @@ def compile(module: torch.nn.Module, target: str = "h200", device: str | None = 
             max_registers: int | None = None, cooperative: bool = True) -> CompiledKernel:
     """Compile a decode-step module into one persistent kernel.
 
-    On a machine with a CUDA GPU the kernel runs there (parallel placement, all programs resident).
-    Without one, or with interpret=True, the same generated kernel runs under Triton's interpreter on
-    CPU with a sequential placement (one queue in topological order).
+    On a machine with a CUDA GPU the kernel runs there (parallel placement, all programs resident),
+    and the target is fitted to that GPU (kogc.targets.target_for_device: its SM count and the programs
+    its register file holds; a GPU of another architecture than the target's is refused). Without one,
+    or with interpret=True, the same generated kernel runs under Triton's interpreter on CPU with a
+    sequential placement (one queue in topological order).
 
-    Tuning knobs (GPU): tile_config (task sizes, attention), num_programs (the persistent grid; at most
-    what the cooperative launch can keep resident), num_warps per program, max_registers (a ptxas
-    cap per thread, so that more programs fit an SM; spills if set too low). profile=True records
+    Tuning knobs (GPU): tile_config (task sizes, attention; its kind_us, if unset, comes from the
+    model's shipped placement profile where one matches: tile_config_for), num_programs (the persistent
+    grid; at most what the cooperative launch can keep resident), num_warps per program, max_registers
+    (a ptxas cap per thread, so that more programs fit an SM; spills if set too low). profile=True records
     (start, after the waits, end) of every task (kogc.runtime.profile); "detail" adds when a matvec's
     operands arrived and when its publish began (an extra reduction per task: for diagnosis only).
     cooperative=False launches without the cooperative attribute (the driver then no longer checks that
@@ -33,9 +92,11 @@ def compile(module: torch.nn.Module, target: str = "h200", device: str | None = 
     if interpret is None:
         interpret = not (torch.cuda.is_available() and tgt.vendor == "nvidia")
     device = device or ("cpu" if interpret else "cuda")
+    if not interpret and tgt.vendor == "nvidia" and torch.device(device).type == "cuda":
+        tgt = device_target(tgt, device, num_warps, max_registers)
     graph = to_ir(module)
     placement = "sequential" if interpret else "parallel"
-    cfg = tile_config or (INTERPRETER_TILES if interpret else TileConfig())
+    cfg = tile_config_for(module, tgt, tile_config, interpret)
     schedule = build_schedule(graph, tgt, placement, cfg, num_programs=num_programs)
     return CompiledKernel(graph, schedule, weights_of(module, graph), device, interpret, profile=profile,
                           num_warps=num_warps or tgt.num_warps,

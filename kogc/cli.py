@@ -191,11 +191,13 @@ def cmd_compile(args) -> int:
         _progress(2, total, f"lowered to IR: {len(graph.nodes)} nodes", t0)
         print(to_json(graph) if args.emit == "ir-json" else to_text(graph, sources=True))
         return 0
+    from .api import tile_config_for
     from .codegen.render import render
     from .scheduler import SchedulerError, build_schedule
     _progress(2, total, f"IR has {len(graph.nodes)} nodes; scheduling for {target.name}", t0)
     try:
-        schedule = build_schedule(graph, target, tile_config=_tile_config(args.tile_config))
+        # placed as kogc.compile places it (with the model's shipped task times, if any)
+        schedule = build_schedule(graph, target, tile_config=tile_config_for(model, target, _tile_config(args.tile_config)))
     except SchedulerError as e:
         return _fail(str(e))
     _progress(3, total, f"{len(schedule.tasks)} tasks on {len(schedule.queues)} programs; generating code", t0)

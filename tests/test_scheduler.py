@@ -354,16 +354,27 @@ def test_lane_groups_out_of_phase(graphs):
 
 
 def test_target_kind_times_apply_to_their_tile_size(graphs):
-    # the target's measured per-kind times are the default cost model with the tiles they were measured
-    # with (32 KB); other tile sizes, or kind_us={}, place by bytes
+    # measured per-kind times are the model's, not the target's: the placement uses the config's kind_us
+    # (None or {}: the bytes model); kogc.compile fills it from a model's shipped profile when the
+    # profile's target and tile size (32 KB for laneformer-2b's) are the compile's
+    from kogc.api import tile_config_for
     from kogc.scheduler.schedule import placement_kind_us
-    assert placement_kind_us(TileConfig(), H200) == dict(H200.kind_us) and H200.kind_us
-    assert placement_kind_us(TileConfig(kind_us={}), H200) == {}
-    assert placement_kind_us(CFG, H200) == {}
-    assert placement_kind_us(TileConfig(kind_us={"attention": 3.0}), H200) == {"attention": 3.0}
+    from kogc.targets import MI300X
+    assert not hasattr(H200, "kind_us")
+    assert placement_kind_us(TileConfig()) == {} and placement_kind_us(TileConfig(kind_us={})) == {}
+    assert placement_kind_us(TileConfig(kind_us={"attention": 3.0})) == {"attention": 3.0}
+    model = lf.kogc_model("laneformer-2b", device="meta", seed=None)
+    shipped = lf.placement_profiles("laneformer-2b")[0]["kind_us"]
+    assert shipped["attention"] == 5.48 and tile_config_for(model, H200).kind_us == shipped
+    assert tile_config_for(model, H200, CFG).kind_us is None                      # 4 KB tiles: bytes
+    assert tile_config_for(model, H200, TileConfig(kind_us={})).kind_us == {}      # the config's own wins
+    assert tile_config_for(model, H200, TileConfig(kind_us={"attention": 3.0})).kind_us == {"attention": 3.0}
+    assert tile_config_for(model, MI300X).kind_us is None                          # measured on an H200
+    assert tile_config_for(model, H200, interpret=True).kind_us is None            # the interpreter's tiles
+    assert not hasattr(lf.kogc_model("laneformer-2b", device="meta", seed=None, num_lanes=4), "kogc_placement")
     g = graphs(2)
-    a = build_schedule(g, H200, "parallel", TileConfig(), num_programs=8)
-    b = build_schedule(g, H200, "parallel", TileConfig(kind_us={}), num_programs=8)
+    a = build_schedule(g, H200, "parallel", TileConfig(kind_us=shipped), num_programs=8)
+    b = build_schedule(g, H200, "parallel", TileConfig(), num_programs=8)
     assert a.est_seconds != b.est_seconds
     check_schedule(a.tasks, a.events, a.queues)
 

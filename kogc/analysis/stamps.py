@@ -86,9 +86,8 @@ def schedule_for(meta: dict, model_file: str | None = None, preset: str | None =
         raise KogcError(e.args[0]) from None
     model = build_model(model_file, preset=preset, checkpoint=checkpoint,
                         device="cpu" if checkpoint else "meta", seed=None, **overrides)
-    from .. import api
-    if hasattr(api, "tile_config_for"):   # the placement's cost model as kogc.compile fills it in (a
-        cfg = api.tile_config_for(model, tgt, cfg)   # recorded config already holds it: kept as is)
+    from ..api import tile_config_for
+    cfg = tile_config_for(model, tgt, cfg)   # placed as kogc.compile places it (a recorded kind_us is kept)
     return build_schedule(to_ir(model), tgt, "parallel", cfg, num_programs=num_programs or meta.get("num_programs"))
 
 

@@ -41,11 +41,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-TARGETS: dict[str, tuple] = {
-    "h200": ("cuda", 90, 32),
-    "mi300x": ("hip", "gfx942", 64),
-}
-
 ARTIFACT_KINDS: dict[str, tuple[str, ...]] = {
     "cuda": ("ttir", "ttgir", "llir", "ptx", "cubin"),
     "hip": ("ttir", "ttgir", "llir", "amdgcn", "hsaco"),
@@ -106,7 +101,7 @@ def _compile_in_process(source_path, kernel_name, signature, constexprs, target,
     from triton.backends.compiler import GPUTarget
     from triton.runtime.jit import JITFunction
 
-    backend, arch, warp = TARGETS[target]
+    target, backend, arch, warp = target          # (name, Triton's GPUTarget fields): from kogc.targets
     gpu_target = GPUTarget(backend, arch, warp)
     fn = _load_jit_function(source_path, kernel_name)
     if not isinstance(fn, JITFunction):
@@ -184,7 +179,7 @@ def _compile_in_subprocess(source_path, kernel_name, signature, constexprs, targ
         proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--worker", str(job_path),
                                str(res_path)], env=env, capture_output=True, text=True)
         if not res_path.exists():
-            raise RuntimeError(f"kogc aot: compile subprocess for target {target!r} died (rc={proc.returncode}):\n"
+            raise RuntimeError(f"kogc aot: compile subprocess for target {target[0]!r} died (rc={proc.returncode}):\n"
                                f"{proc.stderr[-4000:]}")
         res = json.loads(res_path.read_text())
     if "error" in res:
@@ -232,10 +227,13 @@ def compile_kernel(source_path: str, kernel_name: str, signature: dict[str, str]
     target and the Triton error when compilation fails; ValueError for bad arguments.
     If TRITON_INTERPRET is on, the compilation runs in a child process with it unset.
     """
-    target = getattr(target, "name", target)  # also accept a kogc.targets Target
-    if target not in TARGETS:
-        raise ValueError(f"kogc aot: unknown target {target!r}; known: {sorted(TARGETS)}")
-    args = (source_path, kernel_name, dict(signature), dict(constexprs), target, out_dir, num_warps,
+    from ..targets import Target, get_target      # (here, not at the top: the worker runs this file alone)
+    try:
+        tgt = target if isinstance(target, Target) else get_target(target)
+    except KeyError as e:
+        raise ValueError(f"kogc aot: {e.args[0]}") from None
+    spec = [tgt.name, tgt.triton_backend, tgt.triton_arch, tgt.warp_size]
+    args = (source_path, kernel_name, dict(signature), dict(constexprs), spec, out_dir, num_warps,
             None if aligned_args is None else list(aligned_args), options)
     if _interpret_on():
         return _compile_in_subprocess(*args)

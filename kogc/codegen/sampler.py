@@ -3,13 +3,13 @@ from __future__ import annotations
 
 import torch
 
+from .loader import interpreter, load_kernel
 from .render import _ENV
 
 
 def sample_tokens(logits: torch.Tensor, n: int, seed: int = 0, temperature: float = 1.0, top_k: int = 0,
                   top_p: float = 1.0, interpret: bool | None = None) -> torch.Tensor:
     """n draws (one per step 0..n-1) with the same code and random numbers as generation."""
-    from ..runtime.kernel import interpreter, load_kernel
     if interpret is None:
         interpret = not logits.is_cuda
     source = _ENV.get_template("sampler.py.j2").render()

@@ -2,6 +2,12 @@
 
 A model file defines `kogc_model(preset=None, checkpoint=None, device="cpu", dtype=None, seed=0)`
 returning the decode-step module (see examples/laneformer.py), and optionally `PRESETS`.
+
+The module may carry measured task times for kogc's placement as `module.kogc_placement`: a dict, or a
+list of them, {"target": "h200", "tile_bytes": 32768, "kind_us": {task kind: microseconds}} (the mean
+task bodies `kogc bench --profile` prints). kogc.compile places with the one of its target and tile size
+unless the TileConfig gives its own kind_us (kogc.api.tile_config_for); the example ships
+examples/profiles/laneformer-2b.h200.json and attaches it to that preset.
 """
 from __future__ import annotations
 

@@ -2,71 +2,21 @@
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import importlib.util
 import os
-import sys
-import tempfile
 import time
 
 import torch
-import triton
 
-from ..codegen.render import KERNEL_NAME, render
+from ..codegen.loader import interpreter, interpreter_ready, load_kernel  # noqa: F401 (re-exported)
+from ..codegen.render import render
 from ..errors import KogcError
 from ..ir.graph import Graph, Op
 from ..scheduler import Schedule
-from ..scheduler.check import check_step_closure
 from .buffers import Buffers, allocate
 
 
 class KernelHangError(RuntimeError):
     """A wait in the kernel passed its watchdog bound: names the task and the counter."""
-
-
-@contextlib.contextmanager
-def interpreter(on: bool):
-    """Triton reads its interpret switch when a function is decorated and again when an interpreted
-    kernel calls its helpers: hold it for both, and restore it after."""
-    knobs = triton.knobs.runtime
-    before = knobs.interpret
-    knobs.interpret = on
-    try:
-        yield
-    finally:
-        knobs.interpret = before
-
-
-def interpreter_ready() -> bool:
-    """Triton's own helpers (tl.sum, ...) are decorated when triton is imported: the interpreter
-    works only if TRITON_INTERPRET=1 was set before that."""
-    import triton.language as tl
-    return type(tl.sum).__name__ == "InterpretedFunction"
-
-
-def load_kernel(source: str, interpret: bool, name: str = KERNEL_NAME):
-    """Import generated source as a module; `interpret` decides (at decoration time) whether
-    @triton.jit gives Triton's CPU interpreter or a GPU kernel."""
-    if interpret and not interpreter_ready():
-        raise KogcError("running under Triton's interpreter needs TRITON_INTERPRET=1 in the environment before "
-                        "triton is imported (run as `TRITON_INTERPRET=1 python ...`)")
-    digest = hashlib.sha1(source.encode()).hexdigest()[:12]
-    folder = os.path.join(tempfile.gettempdir(), "kogc-kernels")
-    os.makedirs(folder, exist_ok=True)
-    path = os.path.join(folder, f"kogc_{digest}.py")
-    if not os.path.exists(path):
-        with open(path + ".tmp", "w") as f:
-            f.write(source)
-        os.replace(path + ".tmp", path)
-    modname = f"kogc_gen_{digest}_{'interp' if interpret else 'jit'}"
-    if modname in sys.modules:
-        return getattr(sys.modules[modname], name), path
-    with interpreter(interpret):
-        spec = importlib.util.spec_from_file_location(modname, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[modname] = module
-        spec.loader.exec_module(module)
-    return getattr(module, name), path
 
 
 class CompiledKernel:
@@ -87,7 +37,6 @@ class CompiledKernel:
         self.num_warps = num_warps or schedule.target.num_warps
         self.buffers: Buffers = allocate(schedule, weights, self.device, profile)
         self.epoch = 0
-        self._step_closure_checked = False
         # a spin is ~1 us on the GPU (an L2 round trip); under the interpreter nothing should ever spin
         self.watchdog_spins = watchdog_spins or (2_000 if interpret else 4_000_000)
         out = graph.output
@@ -178,9 +127,7 @@ class CompiledKernel:
         to pinned host memory, which the host polls); under the interpreter after the launch."""
         prompt = [int(t) for t in prompt_ids]
         self.check_generate(prompt, max_new_tokens, temperature, top_k, top_p, seed, eos_token_id)
-        if not self._step_closure_checked:
-            check_step_closure(self.schedule)
-            self._step_closure_checked = True
+        self.schedule.check_step_closure()     # proved once per schedule
         for pos, tok in enumerate(prompt[:-1]):
             self.launch(tok, pos)
         streamed = on_token is not None and self.device.type == "cuda"

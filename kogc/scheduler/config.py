@@ -24,7 +24,8 @@ class TileConfig:
     place_latency_us: float = 1.0     # placement: publish-to-acquire latency between producer and consumer
     kind_us: dict | None = None       # placement cost model: measured microseconds per task of each kind
                                       # (a profile's "matvec/rmsnorm/store": 2.7, ...); others: bytes.
-                                      # None: the target's measured ones with 32 KB tiles; {}: bytes only
+                                      # None: the model's shipped profile for the target, if any
+                                      # (kogc.api.tile_config_for), else bytes; {}: bytes only
 
 
 def _pow2(x) -> bool:

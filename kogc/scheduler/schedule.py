@@ -11,7 +11,7 @@ import numpy as np
 
 from ..ir.graph import Graph
 from ..targets import Target
-from .check import check_schedule, prune_by_program_order
+from .check import check_schedule, check_step_closure, prune_by_program_order
 from .config import TileConfig, validate
 from .deps import Event, derive, merge_events
 from .fuse import FusedOp, fuse
@@ -62,6 +62,17 @@ class Schedule:
         steps): only their producers publish. A task whose event nobody acquires skips the barrier,
         fence and counter add."""
         return {g for t in self.tasks for g, _ in t.waits} | ({self.sample_event} - {-1})
+
+    def check_step_closure(self) -> None:
+        """Prove that several steps can run in one launch (every task feeds the sampled token), or raise
+        a SchedulerError naming a task that does not: kogc.scheduler.check.check_step_closure, proved
+        once per schedule."""
+        self._step_closed
+
+    @cached_property
+    def _step_closed(self) -> bool:
+        check_step_closure(self)    # raises (and caches nothing) if a task does not feed the token
+        return True
 
     @property
     def max_waits(self) -> int:
@@ -165,9 +176,9 @@ def build_schedule(graph: Graph, target: Target, placement: str = "parallel",
 
 
 def placement_seconds(tasks: list[Task], cfg: TileConfig, target: Target, num_programs: int) -> list[float]:
-    """Each task's time in the placement's cost model: its kind's measured time where the config or
-    target has one, else the bytes model's."""
-    return kind_seconds(tasks, placement_kind_us(cfg, target), target.hbm_read_bw / num_programs)
+    """Each task's time in the placement's cost model: its kind's measured time where the config has
+    one (TileConfig.kind_us), else the bytes model's."""
+    return kind_seconds(tasks, placement_kind_us(cfg), target.hbm_read_bw / num_programs)
 
 
 def place_tasks(tasks: list[Task], events: list[Event], target: Target, cfg: TileConfig, num_programs: int,
@@ -181,22 +192,19 @@ def place_tasks(tasks: list[Task], events: list[Event], target: Target, cfg: Til
                           wait_latency_s or cfg.place_latency_us * 1e-6)
 
 
-REFERENCE_TILE_BYTES = 32 * 1024                 # the tiles Target.kind_us was measured with
 REFERENCE_ATTENTION_BYTES = 2 * 64 * 128 * 2     # a split of 64 positions, head_dim 128, 16-bit cache
 
 
-def placement_kind_us(cfg: TileConfig, target: Target) -> dict:
-    """The per-kind times placement uses: the config's (a profile of this model), else the target's
-    measured ones where they apply (the 32 KB tiles they were measured with), else none (bytes)."""
-    if cfg.kind_us is not None:
-        return cfg.kind_us
-    return dict(target.kind_us) if cfg.tile_bytes == REFERENCE_TILE_BYTES else {}
+def placement_kind_us(cfg: TileConfig) -> dict:
+    """The per-kind times placement uses: the config's (a profile of this model: kogc.compile puts a
+    model's shipped profile there), else none (the bytes model)."""
+    return cfg.kind_us or {}
 
 
 def kind_seconds(tasks: list[Task], kind_us: dict, bytes_per_s_per_program: float) -> list[float]:
     """Per task: the measured time of its kind (microseconds), or for a kind not listed the bytes
     model's estimate. Attention scales with its bytes past the reference split (longer contexts walk
-    more cache rows per split; the target's figure is for 64 positions of head_dim 128)."""
+    more cache rows per split; a profile's figure is taken as one for 64 positions of head_dim 128)."""
     def us(t: Task) -> float:
         scale = max(1.0, t.cost_bytes / REFERENCE_ATTENTION_BYTES) if t.kind == "attention" else 1.0
         return kind_us[t.kind_key] * scale

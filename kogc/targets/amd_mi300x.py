@@ -1,4 +1,4 @@
-"""AMD MI300X (../shared/design/FACTS.md): 304 CUs = 8 XCDs x 38, wavefront 64, 192 GB, 5.3 TB/s datasheet."""
+"""AMD MI300X: 304 CUs = 8 XCDs x 38, wavefront 64, 192 GB, 5.3 TB/s datasheet."""
 from .base import Target
 
 MI300X = Target(

@@ -19,14 +19,15 @@ class Target:
     hbm_read_bw: float           # bytes/s, measured read bandwidth (datasheet if not measured)
     hbm_bw_datasheet: float
     l2_bytes: int                # per die / XCD on AMD
-    last_level_cache_bytes: int  # L2 on H200, Infinity Cache on MI300X
+    last_level_cache_bytes: int  # L2 on NVIDIA, Infinity Cache on MI300X
     dies: int = 1                # XCDs on MI300X: block i runs on die i % dies
     timer_asm: str = ""          # inline asm reading a ns clock into $0 (profiling); "" = not available
     l2_prefetch_asm: str = ""    # inline asm asking L2 for the line at address $1 ($0: a dummy); "" = none
-    kind_us: tuple = ()          # placement cost model: (task kind, measured us per task) pairs for the
-                                 # default 32 KB tiles (TileConfig.kind_us); () = the bytes model only
     max_registers: int | None = None   # ptxas cap per thread (None: the compiler's choice), so that
                                        # programs_per_unit programs fit one unit's register file
+    registers_per_unit: int = 0  # 32-bit registers per SM / CU (0: not stated); target_for_device reads
+                                 # the device's and derives programs_per_unit from it
+    device: str = ""             # the device this description was fitted to (target_for_device); "": datasheet
     notes: str = ""
 
     @property

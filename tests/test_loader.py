@@ -1,0 +1,140 @@
+"""Generated kernels: one cache folder with a bounded size, an in-process LRU, nothing in sys.modules,
+and a kernel that keeps working after its file is evicted (Triton's interpreter on CPU)."""
+import os
+import sys
+import uuid
+
+import pytest
+import torch
+
+from kogc.codegen import loader
+
+SOURCE = '''import triton
+import triton.language as tl
+
+
+@triton.jit
+def _twice(x):
+    return x * {factor}
+
+
+@triton.jit
+def kogc_tiny(X, Y, N, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    m = offs < N
+    tl.store(Y + offs, _twice(tl.load(X + offs, mask=m)), mask=m)
+'''
+
+pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="CPU interpreter path")
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("KOGC_CACHE_DIR", str(tmp_path / "kernels"))
+    return tmp_path / "kernels"
+
+
+def source(factor=2):
+    return SOURCE.format(factor=factor) + f"# {uuid.uuid4().hex}\n"     # a source no earlier test loaded
+
+
+def files(folder):
+    return sorted(p for p in os.listdir(folder) if p.endswith(".py"))
+
+
+def run(kernel, factor_input=(1.0, 2.0, 3.0)):
+    x = torch.tensor(factor_input)
+    y = torch.zeros_like(x)
+    with loader.interpreter(True):
+        kernel[(1,)](x, y, x.numel(), BLOCK=4)
+    return y.tolist()
+
+
+def test_the_same_source_loads_once_into_one_file(cache):
+    src = source()
+    k1, p1 = loader.load_kernel(src, True, name="kogc_tiny")
+    k2, p2 = loader.load_kernel(src, True, name="kogc_tiny")
+    assert k1 is k2 and p1 == p2 and os.path.dirname(p1) == str(cache) and files(cache) == [os.path.basename(p1)]
+    assert open(p1).read() == src and run(k1) == [2.0, 4.0, 6.0]
+
+
+def test_the_folder_never_exceeds_its_bound(cache, monkeypatch):
+    monkeypatch.setenv("KOGC_CACHE_MAX_FILES", "4")
+    paths = []
+    for i in range(4 + 5):
+        _, p = loader.load_kernel(source(i), True, name="kogc_tiny")
+        paths.append(p)
+        assert len(files(cache)) <= 4
+    assert files(cache) == sorted(os.path.basename(p) for p in paths[-4:])     # the least recently used went
+    # reuse touches a file: loading the oldest survivor again keeps it past the next eviction
+    loader.load_kernel(open(paths[-4]).read(), True, name="kogc_tiny")
+    loader.load_kernel(source(99), True, name="kogc_tiny")
+    assert os.path.basename(paths[-4]) in files(cache) and os.path.basename(paths[-3]) not in files(cache)
+    # and by bytes: a bound below two files keeps only the newest
+    monkeypatch.setenv("KOGC_CACHE_MAX_BYTES", str(len(SOURCE) + 200))
+    _, p = loader.load_kernel(source(7), True, name="kogc_tiny")
+    assert files(cache) == [os.path.basename(p)]
+
+
+def test_nothing_goes_into_sys_modules(cache):
+    loader.load_kernel(source(), True, name="kogc_tiny")                      # triton's own lazy imports first
+    before = set(sys.modules)
+    loader.load_kernel(source(3), True, name="kogc_tiny")
+    assert set(sys.modules) == before
+
+
+def test_an_evicted_file_does_not_break_a_loaded_kernel(cache):
+    # the interpreter reads a function's source when it is first called: a helper first called after
+    # its file is gone still runs; loading the source again writes the file again
+    src = source(5)
+    kernel, path = loader.load_kernel(src, True, name="kogc_tiny")
+    os.remove(path)
+    assert run(kernel) == [5.0, 10.0, 15.0]
+    # ... rewritten for the interpreter (Triton silently runs a function it cannot read unrewritten)
+    helper = kernel.fn.__globals__["_twice"]
+    assert all(type(f).rewritten_fn.get(f.fn, f.fn) is not f.fn for f in (kernel, helper))
+    loader.clear_loaded()
+    again, path2 = loader.load_kernel(src, True, name="kogc_tiny")
+    assert again is not kernel and path2 == path and os.path.exists(path) and run(again) == [5.0, 10.0, 15.0]
+
+
+def test_the_in_process_lru_is_bounded(cache, monkeypatch):
+    monkeypatch.setattr(loader, "MAX_LOADED", 2)
+    srcs = [source(i) for i in range(3)]
+    first = loader.load_kernel(srcs[0], True, name="kogc_tiny")[0]
+    for s in srcs[1:]:
+        loader.load_kernel(s, True, name="kogc_tiny")
+    assert len(loader._loaded) <= 2
+    assert loader.load_kernel(srcs[0], True, name="kogc_tiny")[0] is not first     # loaded again
+    assert run(first) == [0.0, 0.0, 0.0]                                             # factor 0: still runs
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="interpreter path")
+def test_helpers_patched_once_per_launch_run_the_same_program():
+    # kogc.codegen.interpret_once: Triton's interpreter re-patched triton.language on every helper call;
+    # once per launch must give bit-equal logits and tokens (and the sampling path's too)
+    import os
+    import sys
+
+    from triton.runtime import interpreter as interp
+
+    import kogc
+    from kogc.codegen import interpret_once
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import micro_laneformer as micro
+    assert interpret_once.install()
+    model = micro.kogc_model("micro", seed=3)
+
+    def run():
+        ck = kogc.compile(model)
+        return ck.step(7, 0), ck.generate([1, 2], 2, temperature=1.0, top_k=5, seed=4)
+    fast = run()
+    patched = interp.GridExecutor.__call__, interp.InterpretedFunction.__call__
+    interp.GridExecutor.__call__, interp.InterpretedFunction.__call__ = interpret_once.ORIGINAL
+    try:
+        slow = run()
+    finally:
+        interp.GridExecutor.__call__, interp.InterpretedFunction.__call__ = patched
+    (a, ta), ga = fast
+    (b, tb), gb = slow
+    assert torch.equal(a, b) and ta == tb and ga == gb
