@@ -71,7 +71,7 @@ def device_target(target: Target, device: str | torch.device = "cuda", num_warps
 def compile(module: torch.nn.Module, target: str = "h200", device: str | None = None,
             interpret: bool | None = None, tile_config: TileConfig | None = None,
             num_programs: int | None = None, profile: bool | str = False, num_warps: int | None = None,
-            max_registers: int | None = None, cooperative: bool = True) -> CompiledKernel:
+            max_registers: int | None = None) -> CompiledKernel:
     """Compile a decode-step module into one persistent kernel.
 
     On a machine with a CUDA GPU the kernel runs there (parallel placement, all programs resident),
@@ -85,9 +85,7 @@ def compile(module: torch.nn.Module, target: str = "h200", device: str | None = 
     grid; at most what the cooperative launch can keep resident), num_warps per program, max_registers
     (a ptxas cap per thread, so that more programs fit an SM; spills if set too low). profile=True records
     (start, after the waits, end) of every task (kogc.runtime.profile); "detail" adds when a matvec's
-    operands arrived and when its publish began (an extra reduction per task: for diagnosis only).
-    cooperative=False launches without the cooperative attribute (the driver then no longer checks that
-    every program is resident at once: for measuring what the attribute costs)."""
+    operands arrived and when its publish began (an extra reduction per task: for diagnosis only)."""
     tgt = get_target(target)
     if interpret is None:
         interpret = not (torch.cuda.is_available() and tgt.vendor == "nvidia")
@@ -100,4 +98,4 @@ def compile(module: torch.nn.Module, target: str = "h200", device: str | None = 
     schedule = build_schedule(graph, tgt, placement, cfg, num_programs=num_programs)
     return CompiledKernel(graph, schedule, weights_of(module, graph), device, interpret, profile=profile,
                           num_warps=num_warps or tgt.num_warps,
-                          max_registers=max_registers or tgt.max_registers, cooperative=cooperative)
+                          max_registers=max_registers or tgt.max_registers)

@@ -24,7 +24,7 @@ class CompiledKernel:
 
     def __init__(self, graph: Graph, schedule: Schedule, weights: dict[str, torch.Tensor], device: str,
                  interpret: bool, watchdog_spins: int | None = None, profile: bool | str = False,
-                 num_warps: int | None = None, max_registers: int | None = None, cooperative: bool = True):
+                 num_warps: int | None = None, max_registers: int | None = None):
         if profile not in (False, True, "detail"):
             raise KogcError(f"profile must be False, True or 'detail', got {profile!r}")
         if profile and (interpret or not schedule.target.timer_asm):
@@ -51,7 +51,7 @@ class CompiledKernel:
         if not interpret:
             # cooperative: the driver refuses a grid whose programs cannot all be resident at once (the
             # spin waits need that)
-            self._launch_options.update(num_warps=self.num_warps, launch_cooperative_grid=cooperative)
+            self._launch_options.update(num_warps=self.num_warps, launch_cooperative_grid=True)
             if max_registers:   # ptxas cap: fewer registers per thread lets more programs share an SM
                 self._launch_options["maxnreg"] = max_registers
 
