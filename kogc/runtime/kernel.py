@@ -7,7 +7,7 @@ import time
 
 import torch
 
-from ..codegen.loader import interpreter, interpreter_ready, load_kernel  # noqa: F401 (re-exported)
+from ..codegen.loader import interpreter, load_kernel
 from ..codegen.render import render
 from ..errors import KogcError
 from ..ir.graph import Graph, Op

@@ -139,8 +139,7 @@ class Schedule:
 
 def build_schedule(graph: Graph, target: Target, placement: str = "parallel",
                    tile_config: TileConfig | None = None, num_programs: int | None = None,
-                   check: bool = True, prune: bool = True, task_seconds: list[float] | None = None,
-                   wait_latency_s: float = 0.0) -> Schedule:
+                   check: bool = True, prune: bool = True) -> Schedule:
     """Schedule `graph` for `target`. placement="sequential" gives one queue (Triton's interpreter)."""
     cfg = validate(tile_config or TileConfig(), target)
     timings = {}
@@ -159,7 +158,7 @@ def build_schedule(graph: Graph, target: Target, placement: str = "parallel",
         queues = place_sequential(tasks)
     elif placement == "parallel":
         P = num_programs or target.num_programs
-        queues, est = place_tasks(tasks, events, target, cfg, P, task_seconds, wait_latency_s)
+        queues, est = place_tasks(tasks, events, target, cfg, P)
     else:
         raise ValueError(f"unknown placement {placement!r} (parallel | sequential)")
     timings["place"] = time.perf_counter() - t0
@@ -181,15 +180,12 @@ def placement_seconds(tasks: list[Task], cfg: TileConfig, target: Target, num_pr
     return kind_seconds(tasks, placement_kind_us(cfg), target.hbm_read_bw / num_programs)
 
 
-def place_tasks(tasks: list[Task], events: list[Event], target: Target, cfg: TileConfig, num_programs: int,
-                task_seconds: list[float] | None = None,
-                wait_latency_s: float = 0.0) -> tuple[list[list[int]], float]:
-    """`place_parallel` with the config's cost model (task_seconds, if given, replaces it) and its
-    lane group stagger and hop latency (wait_latency_s, if given, replaces that)."""
+def place_tasks(tasks: list[Task], events: list[Event], target: Target, cfg: TileConfig,
+                num_programs: int) -> tuple[list[list[int]], float]:
+    """`place_parallel` with the config's cost model, lane group stagger and hop latency."""
     P = num_programs
     return place_parallel(tasks, events, P, target.hbm_read_bw / P, cfg.lane_group_stagger,
-                          task_seconds or placement_seconds(tasks, cfg, target, P),
-                          wait_latency_s or cfg.place_latency_us * 1e-6)
+                          placement_seconds(tasks, cfg, target, P), cfg.place_latency_us * 1e-6)
 
 
 REFERENCE_ATTENTION_BYTES = 2 * 64 * 128 * 2     # a split of 64 positions, head_dim 128, 16-bit cache
