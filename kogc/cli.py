@@ -139,6 +139,42 @@ def _parser() -> argparse.ArgumentParser:
                    help="phases: also the step's first N layers with all lanes together, the weight rate per 5 us "
                         "and the step's tail")
     a.add_argument("--json", help="also write the results to this file")
+    n = sub.add_parser("inspect", help="what the compiler made and where the time went (no GPU): summary, a "
+                                       "task, a queue, a layer's graph, a profile's timeline, trace and roofline",
+                       description="Inspect a build folder (kogc compile ... --out DIR): tasks per kind, bytes and "
+                                   "predicted time per program, the dependency chain per layer, registers and spills; "
+                                   "--task, --program, --layer (--graph) for one of each. With --profile FILE (kogc "
+                                   "bench --profile --task-times FILE): a roofline table per kind, --png a timeline, "
+                                   "--trace a Perfetto trace. --diff A B: two builds or two profiles side by side. "
+                                   "Figures need matplotlib: pip install 'kogc[inspect]'. See docs/inspect.md.")
+    n.add_argument("build", nargs="?", metavar="BUILD_DIR", help="a folder written by kogc compile ... --out DIR")
+    n.add_argument("--profile", metavar="FILE",
+                   help="a task-times file (.npz) of this build's schedule (without BUILD_DIR: the schedule its "
+                        "record names is built again)")
+    n.add_argument("--task", type=int, metavar="N", help="decode task N: kind, op, source line, weight tile, waits, "
+                                                         "the tasks it feeds")
+    n.add_argument("--program", type=int, metavar="P", help="print program P's queue, one task per line")
+    n.add_argument("--layer", type=int, metavar="I", help="layer I's groups (fused op, lane) and its chain")
+    n.add_argument("--graph", metavar="OUT", help="with --layer: write its task graph: .svg/.png/.pdf (matplotlib) or "
+                                                  ".dot (Graphviz text)")
+    n.add_argument("--png", metavar="OUT", help="with --profile: the timeline, one row per program")
+    n.add_argument("--trace", metavar="OUT", help="with --profile: a Chrome/Perfetto trace (JSON), one track per "
+                                                  "program")
+    n.add_argument("--programs", metavar="A:B", help="the PNG's and the trace's programs A..B-1 (default: all)")
+    n.add_argument("--window", metavar="T0:T1", help="the PNG's and the trace's time window, us (default: the step)")
+    n.add_argument("--width", type=int, default=2400, help="the PNG's width in pixels (default 2400)")
+    n.add_argument("--row-px", type=float, default=6, help="the PNG's pixels per program row (default 6)")
+    n.add_argument("--bandwidth", type=float, metavar="TBPS",
+                   help="the roofline's floor bandwidth in TB/s, e.g. a measured 4.05 (default: the target's "
+                        "hbm_read_bw)")
+    n.add_argument("--context", type=int, metavar="N",
+                   help="the roofline's attention bytes at N positions (the profile's context; default: the cost "
+                        "model's)")
+    n.add_argument("--kind-us", metavar="JSON|FILE",
+                   help="the cost model's task times (us per kind) for a build, whose schedule.json does not record "
+                        "them, e.g. examples/profiles/laneformer-2b.h200.json (default: the bytes model)")
+    n.add_argument("--diff", nargs=2, metavar=("A", "B"), help="two build folders or two task-times files side by "
+                                                               "side, with the difference B - A")
     r = sub.add_parser("run", help="generate tokens in one kernel launch and stream them",
                        description="Compile the model, prefill the prompt, then generate up to N tokens in ONE "
                                    "kernel launch (sampling and the EOS test on the device), printing tokens as "
@@ -407,6 +443,11 @@ def cmd_analyze(args) -> int:
     return 0
 
 
+def cmd_inspect(args) -> int:
+    from .inspection.command import run
+    return run(args)
+
+
 def cmd_run(args) -> int:
     import torch
     refused = _needs_gpu(args, "kogc run needs a CUDA GPU (use --interpret to run a small preset on the CPU)")
@@ -461,7 +502,7 @@ def main(argv: list[str] | None = None) -> int:
         return e.code if isinstance(e.code, int) else 2
     try:
         return {"compile": cmd_compile, "bench": cmd_bench, "run": cmd_run, "check": cmd_check, "sweep": cmd_sweep,
-                "analyze": cmd_analyze}[args.command](args)
+                "analyze": cmd_analyze, "inspect": cmd_inspect}[args.command](args)
     except (KogcError, SchedulerError) as e:   # the scheduler's refusals (sizes, settings) are user errors too
         return _fail(str(e))
     except BrokenPipeError:  # `kogc compile ... | head`
