@@ -225,3 +225,13 @@ def test_without_matplotlib(builds, tmp_path, capsys, monkeypatch):
 def test_stored_profile_is_the_tiny_schedule(schedule):
     ids, _, meta = load_stamps(PROFILE)
     assert meta["config"] == "tiny" and len(ids) == len(schedule.tasks)
+
+
+def test_a_build_records_the_placements_task_times(tmp_path):
+    # schedule.json carries the settings: inspect's cost model is the one the placement used
+    kind_us = {"attention": 7.5, "matvec/rmsnorm/store": 1.25}
+    _compile(tmp_path, "--tile-config", json.dumps({"kind_us": kind_us}))
+    recorded = json.loads((tmp_path / "schedule.json").read_text())["tile_config"]
+    assert recorded["kind_us"] == kind_us and recorded["attn_splits"] == 16
+    ins = load_build(str(tmp_path))
+    assert ins.kind_us == kind_us and ins.kind_us_known

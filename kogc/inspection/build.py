@@ -252,10 +252,14 @@ def load_build(path: str, kind_us: dict | None = None, machine_code: bool = True
         from ..codegen.aot import disassembly_summary
         machine = disassembly_summary(arts) or None
     from ..scheduler import TileConfig
+    recorded = json.loads(text).get("tile_config") or {}       # (builds before it was recorded: none)
+    if kind_us is None and isinstance(recorded.get("kind_us"), dict):
+        kind_us = recorded["kind_us"]                            # the task times the placement used
+    latency = recorded.get("place_latency_us", TileConfig().place_latency_us)
     return Inspected(schedule, path, weight_esize(nodes, schedule), nodes, report,
                      parse_variants(_read(os.path.join(path, "variants.txt"))), machine, meta,
-                     kind_us=dict(kind_us or {}), kind_us_known=kind_us is not None,
-                     latency_us=TileConfig().place_latency_us, est_us=est, est_resolution_us=1.0)
+                     kind_us=dict(kind_us or {}), kind_us_known=kind_us is not None or bool(recorded),
+                     latency_us=latency, est_us=est, est_resolution_us=1.0)
 
 
 def from_schedule(schedule, where: str, kind_us: dict | None = None) -> Inspected:

@@ -1,6 +1,7 @@
 """The scheduler's pipeline and its product: IR -> fused ops -> tasks -> events -> queues, checked."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections import Counter
@@ -125,7 +126,9 @@ class Schedule:
 
     def to_json(self) -> str:
         return json.dumps({
-            "target": self.target.name, "placement": self.placement, "variants": [list(v) for v in self.variants],
+            "model": self.graph.meta.get("model"), "target": self.target.name, "placement": self.placement,
+            "tile_config": dataclasses.asdict(self.tile_config),     # the settings (kind_us: the placement's)
+            "variants": [list(v) for v in self.variants],
             "events": [{"id": e.id, "name": e.name, "need": e.need} for e in self.events],
             "queues": self.queues,
             "tasks": [{"id": t.id, "variant": self.variants.index(t.variant), "op": t.op, "lane": t.lane,
