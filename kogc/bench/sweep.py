@@ -195,7 +195,8 @@ def _measure(ck, model, set_cache, context: int, steps: int, reps: int, device: 
 
 def _profile(ck, row, out_dir, context, vi, model_file, preset, checkpoint, overrides, quiet) -> None:
     from ..analysis.stamps import save_stamps
-    from ..runtime.profile import chrome_trace, format_summary, summarize
+    from ..inspection.profiled import chrome_trace
+    from ..runtime.profile import format_summary, summarize
     row["profile"] = summarize(ck)
     _say(format_summary(row["profile"]), quiet, always=True)
     if out_dir:

@@ -136,9 +136,23 @@ def task_name(t) -> str:
 def trace_events(ins: Inspected, prof: Profile, programs: range | None = None,
                  window: tuple[float, float] | None = None) -> dict:
     """A Chrome/Perfetto trace: one track (tid) per program, named; per task a complete event ("ph": "X")
-    for its wait and one for its body (us). The same slices as kogc.runtime.profile.chrome_trace (which
-    writes them from a compiled kernel), from a task-times file, with the task's id, layer and waits."""
-    s = ins.schedule
+    for its wait and one for its body (us), with the task's id, layer and waits."""
+    return schedule_trace(ins.schedule, prof.ts, prof.row, programs, window)
+
+
+def chrome_trace(ck, path: str) -> None:
+    """The same trace from a compiled kernel's last profiled launch (kogc.compile(..., profile=True))."""
+    from ..runtime.profile import timestamps
+    ids, ts = timestamps(ck)
+    row = np.empty(len(ids), dtype=np.int64)
+    row[ids.astype(np.int64)] = np.arange(len(ids))
+    with open(path, "w") as f:
+        json.dump(schedule_trace(ck.schedule, ts, row), f)
+
+
+def schedule_trace(s, ts: np.ndarray, row: np.ndarray, programs: range | None = None,
+                   window: tuple[float, float] | None = None) -> dict:
+    """trace_events over a schedule and its stamps (ts[row[task]]: start, after the waits, end, ns)."""
     programs = programs if programs is not None else range(len(s.queues))
     events: list[dict] = [{"name": "process_name", "ph": "M", "pid": 0, "args": {"name": "kogc step"}}]
     for p in programs:
@@ -146,7 +160,7 @@ def trace_events(ins: Inspected, prof: Profile, programs: range | None = None,
         events.append({"name": "thread_sort_index", "ph": "M", "pid": 0, "tid": p, "args": {"sort_index": p}})
     for p in programs:
         for tid in s.queues[p]:
-            a, b, c = (round(x / 1e3, 3) for x in prof.ts[prof.row[tid], :3].tolist())   # us, to the ns
+            a, b, c = (round(x / 1e3, 3) for x in ts[row[tid], :3].tolist())   # us, to the ns
             if window is not None and (c < window[0] or a > window[1]):
                 continue
             t = s.tasks[tid]

@@ -112,19 +112,3 @@ def format_summary(s: dict) -> str:
     if "kind_us" in s:
         lines.append("placement with these body times: --tile-config '" + json.dumps({"kind_us": s["kind_us"]}) + "'")
     return "\n".join(lines)
-
-
-def chrome_trace(ck, path: str) -> None:
-    """A Chrome/Perfetto trace: one row per program, a slice per wait and per body."""
-    ids, ts = timestamps(ck)
-    prog = {tid: p for p, q in enumerate(ck.schedule.queues) for tid in q}
-    events = []
-    for j, tid in enumerate(ids):
-        t = ck.schedule.tasks[tid]
-        name = f"{t.kind} {t.op} l{t.lane}"
-        events.append({"name": "wait " + name, "ph": "X", "pid": 0, "tid": prog[tid], "ts": ts[j, 0] / 1e3,
-                       "dur": (ts[j, 1] - ts[j, 0]) / 1e3})
-        events.append({"name": name, "ph": "X", "pid": 0, "tid": prog[tid], "ts": ts[j, 1] / 1e3,
-                       "dur": (ts[j, 2] - ts[j, 1]) / 1e3})
-    with open(path, "w") as f:
-        json.dump({"traceEvents": events}, f)
