@@ -71,7 +71,7 @@ def device_target(target: Target, device: str | torch.device = "cuda", num_warps
 def compile(module: torch.nn.Module, target: str = "h200", device: str | None = None,
             interpret: bool | None = None, tile_config: TileConfig | None = None,
             num_programs: int | None = None, profile: bool | str = False, num_warps: int | None = None,
-            max_registers: int | None = None) -> CompiledKernel:
+            max_registers: int | None = None, gpus: int = 1, one_gpu: bool = False):
     """Compile a decode-step module into one persistent kernel.
 
     On a machine with a CUDA GPU the kernel runs there (parallel placement, all programs resident),
@@ -85,7 +85,16 @@ def compile(module: torch.nn.Module, target: str = "h200", device: str | None = 
     grid; at most what the cooperative launch can keep resident), num_warps per program, max_registers
     (a ptxas cap per thread, so that more programs fit an SM; spills if set too low). profile=True records
     (start, after the waits, end) of every task (kogc.runtime.profile); "detail" adds when a matvec's
-    operands arrived and when its publish began (an extra reduction per task: for diagnosis only)."""
+    operands arrived and when its publish began (an extra reduction per task: for diagnosis only).
+
+    gpus=G > 1: delayed tensor parallelism, the model's lanes spread over G ranks (G divides the
+    lanes), each rank one persistent kernel; returns a RankedKernel with the same step/generate.
+    Under the interpreter all ranks run in this process; on a GPU with one_gpu=True, all ranks share
+    this one GPU (each its share of the programs: for testing the protocol); started by torchrun with
+    G processes, each process compiles and runs its own rank (kogc.runtime.distributed)."""
+    if gpus != 1:
+        return _compile_ranked(module, target, device, interpret, tile_config, num_programs, profile, num_warps,
+                               max_registers, gpus, one_gpu)
     tgt = get_target(target)
     if interpret is None:
         interpret = not (torch.cuda.is_available() and tgt.vendor == "nvidia")
@@ -99,3 +108,35 @@ def compile(module: torch.nn.Module, target: str = "h200", device: str | None = 
     return CompiledKernel(graph, schedule, weights_of(module, graph), device, interpret, profile=profile,
                           num_warps=num_warps or tgt.num_warps,
                           max_registers=max_registers or tgt.max_registers)
+
+
+def _compile_ranked(module, target, device, interpret, tile_config, num_programs, profile, num_warps, max_registers,
+                    gpus, one_gpu):
+    from .ir.shard import check_shardable
+    from .runtime.ranks import RankedKernel
+    from .scheduler.ranks import build_rank_schedules
+    tgt = get_target(target)
+    if profile:
+        raise KogcError("profiling a run on several GPUs is not supported yet")
+    if interpret is None:
+        interpret = not (torch.cuda.is_available() and tgt.vendor == "nvidia")
+    graph = to_ir(module)
+    check_shardable(graph, gpus)
+    if not interpret:
+        from .runtime import distributed
+        if distributed.launched():
+            return distributed.compile_rank(module, graph, tgt, tile_config, num_programs, num_warps, max_registers,
+                                            gpus)
+        if not one_gpu:
+            raise KogcError(f"gpus={gpus}: start one process per GPU (torchrun --nproc-per-node {gpus}, or "
+                            f"`kogc run/bench --gpus {gpus}`), or pass one_gpu=True to run every rank on this GPU")
+    device = device or ("cpu" if interpret else "cuda")
+    if not interpret:
+        tgt = device_target(tgt, device, num_warps, max_registers)
+    placement = "sequential" if interpret else "parallel"
+    cfg = tile_config_for(module, tgt, tile_config, interpret)
+    # one GPU shared by the ranks: each gets its share of the resident programs
+    programs = num_programs or (None if interpret else max(1, tgt.num_programs // gpus))
+    schedules = build_rank_schedules(graph, gpus, tgt, placement, cfg, num_programs=programs)
+    return RankedKernel(graph, schedules, weights_of(module, graph), device, interpret,
+                        num_warps=num_warps or tgt.num_warps, max_registers=max_registers or tgt.max_registers)

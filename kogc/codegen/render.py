@@ -36,7 +36,8 @@ def render(schedule: Schedule, kernel_name: str = KERNEL_NAME, interpret: bool =
         kalign=attention_alignment(schedule), valign=vector_alignment(schedule),
         prefetch_asm=schedule.target.l2_prefetch_asm, line_elems=128 // ESIZE[schedule.dtype],
         # (a prefetch changes no value: left out under the interpreter, which has no inline assembly)
-        step_prefetch_elems=0 if interpret else step_prefetch_elements(schedule), token_keys=T.TOKEN_KEYS)
+        step_prefetch_elems=0 if interpret else step_prefetch_elements(schedule), token_keys=T.TOKEN_KEYS,
+        npeer=schedule.ranks - 1, remote_bit=T.REMOTE_BIT)
 
 
 def _pow2_divisor(values, cap: int = 16) -> int:
@@ -72,7 +73,7 @@ def step_prefetch_elements(schedule: Schedule) -> int:
     return STEP_PREFETCH_BYTES // ESIZE[schedule.dtype] if schedule.target.l2_prefetch_asm else 0
 
 
-VECTOR_KINDS = ("embed", "residual", "final_norm", "argmax")   # bodies over whole vectors (D or a block)
+VECTOR_KINDS = ("embed", "residual", "final_norm", "argmax", "send")   # bodies over whole vectors (D or a block)
 
 
 def vector_alignment(schedule: Schedule) -> int:
@@ -86,8 +87,10 @@ def vector_alignment(schedule: Schedule) -> int:
         if t.kind in VECTOR_KINDS:
             vals += [a[T.A_X], a[T.A_X2], a[T.A_OUT], a[T.A_ROW0], a[T.A_H], a[T.A_TERM], a[T.A_TERM_STRIDE],
                      t.variant[1]]
+            if t.kind == "residual":        # a term's peers' sums (0 on one GPU)
+                vals += [a[T.A_RECV], a[T.A_RECV_STRIDE]]
         elif t.kind == "matvec" and t.variant[4] == "residual":
-            vals += [a[T.A_H], a[T.A_TERM], a[T.A_TERM_STRIDE]]
+            vals += [a[T.A_H], a[T.A_TERM], a[T.A_TERM_STRIDE], a[T.A_RECV], a[T.A_RECV_STRIDE]]
     return _pow2_divisor(vals)
 
 
@@ -103,9 +106,9 @@ def signature(schedule: Schedule) -> tuple[dict[str, str], dict[str, object]]:
     dt = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}[schedule.dtype]
     sig = {"W": f"*{dt}", "WOFF": "*i64", "TABLE": "*i32", "QLEN": "*i32", "ACT": f"*{dt}", "F32": "*fp32",
            "KV": f"*{dt}", "SMALL": f"*{dt}", "EMB": f"*{dt}", "COS": "*fp32", "SIN": "*fp32", "CNT": "*i32",
-           "ERR": "*i32", "OUT": "*i32", "PROF": "*i64", "token": "i32",
+           "ERR": "*i32", "OUT": "*i32", "PROF": "*i64", "PEERS": "*i64", "token": "i32",
            "pos0": "i32", "epoch0": "i32", "limit": "i32", "nsteps": "i32", "eos": "i32", "seed": "i64", "temperature": "fp32", "top_k": "i32",
-           "top_p": "fp32", "host_poll": "i32", "MAXLEN": "constexpr", "ROW": "constexpr",
+           "top_p": "fp32", "host_poll": "i32", "step0": "i32", "MAXLEN": "constexpr", "ROW": "constexpr",
            "PROFILE": "constexpr", "SAMPLE_EV": "constexpr", "FILTER": "constexpr"}
     consts = {"MAXLEN": max(len(q) for q in schedule.queues), "ROW": schedule.row_width, "PROFILE": 0,
               "SAMPLE_EV": schedule.sample_event,

@@ -134,10 +134,11 @@ def schedule_from_json(text: str, where: str) -> BuildSchedule:
             producers.setdefault(t.group, []).append(t.id)
         events = []
         for j, e in enumerate(d["events"]):
-            if e["id"] != j or len(producers.get(j, [])) != e["need"]:
+            remote = int(e.get("remote", 0))      # producers on other ranks
+            if e["id"] != j or len(producers.get(j, [])) + remote != e["need"]:
                 raise ValueError(f"event {j} ({e['name']}) needs {e['need']} tasks, {len(producers.get(j, []))} "
-                                 f"publish to it")
-            events.append(Event(j, e["name"], producers.get(j, [])))
+                                 f"publish to it" + (f" and {remote} peers" if remote else ""))
+            events.append(Event(j, e["name"], producers.get(j, []), remote))
         queues = [list(map(int, q)) for q in d["queues"]]
         placed = sorted(t for q in queues for t in q)
         if placed != list(range(len(tasks))):

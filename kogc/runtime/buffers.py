@@ -29,11 +29,12 @@ class Buffers:
     OUT: torch.Tensor
     PROF: torch.Tensor    # int64 [programs, max queue length, 3 (6 with profile="detail")] timestamps
                           # with profiling, else [1]
+    PEERS: torch.Tensor   # int64 [peers, 2]: each peer's F32 and CNT addresses (one rank of several), else [2]
 
     def kernel_args(self, out: torch.Tensor | None = None) -> list[torch.Tensor]:
         """The kernel's tensor arguments; `out` replaces OUT (e.g. pinned host memory to stream tokens)."""
         return [self.W, self.WOFF, self.TABLE, self.QLEN, self.ACT, self.F32, self.KV, self.SMALL, self.EMB,
-                self.COS, self.SIN, self.CNT, self.ERR, self.OUT if out is None else out, self.PROF]
+                self.COS, self.SIN, self.CNT, self.ERR, self.OUT if out is None else out, self.PROF, self.PEERS]
 
     def nbytes(self) -> dict[str, int]:
         return {k: v.numel() * v.element_size() for k, v in self.__dict__.items()}
@@ -63,7 +64,10 @@ def pack_weights(schedule: Schedule, weights: dict[str, torch.Tensor], device) -
     return stream.to(device), torch.tensor(offsets, dtype=torch.int64, device=device)
 
 
-def allocate(schedule: Schedule, weights: dict[str, torch.Tensor], device, profile: bool | str = False) -> Buffers:
+def allocate(schedule: Schedule, weights: dict[str, torch.Tensor], device, profile: bool | str = False,
+             peer_visible=None) -> Buffers:
+    """peer_visible(numel, dtype) -> a zeroed tensor other GPUs can write (F32 and CNT, which a rank's
+    peers store into: PyTorch symmetric memory across processes); default ordinary device memory."""
     graph, lay = schedule.graph, schedule.layout
     dtype = TORCH_DTYPES[schedule.dtype]
     W, WOFF = pack_weights(schedule, weights, device)
@@ -73,7 +77,10 @@ def allocate(schedule: Schedule, weights: dict[str, torch.Tensor], device, profi
     for n in graph.nodes:
         if n.op is Op.PARAM and n.name in lay.slots and lay.slots[n.name][0] == "small":
             _, off, per_lane, lanes = lay.slots[n.name]
-            small[off:off + per_lane * max(lanes, 1)] = weights[n.attrs["name"]].detach().reshape(-1).to("cpu", dtype)
+            w = weights[n.attrs["name"]].detach()
+            if lanes:       # one rank's lanes of a per-lane scale (kogc.ir.shard)
+                w = w[n.attrs.get("lane0", 0):n.attrs.get("lane0", 0) + lanes]
+            small[off:off + per_lane * max(lanes, 1)] = w.reshape(-1).to("cpu", dtype)
     for op in schedule.ops:
         if op.kind == "embed":
             emb = weights[graph.by_name()[op.p["table"]].attrs["name"]].detach()
@@ -89,13 +96,16 @@ def allocate(schedule: Schedule, weights: dict[str, torch.Tensor], device, profi
     def z(n, dt):
         return torch.zeros(max(n, 1), dtype=dt, device=device)
 
+    shared = peer_visible or z
+
     return Buffers(
         W=W, WOFF=WOFF, TABLE=torch.from_numpy(table).to(device), QLEN=torch.from_numpy(qlen).to(device),
         ACT=z(lay.sizes["act"], dtype),
-        F32=z(lay.sizes["f32"], torch.float32), KV=z(lay.sizes["kv"], dtype),
+        F32=shared(lay.sizes["f32"], torch.float32), KV=z(lay.sizes["kv"], dtype),
         SMALL=small.to(device), EMB=emb.to(device, dtype).contiguous(), COS=cos.contiguous().to(device),
-        SIN=sin.contiguous().to(device), CNT=z(len(schedule.events), torch.int32), ERR=z(8, torch.int32),
+        SIN=sin.contiguous().to(device), CNT=shared(len(schedule.events), torch.int32), ERR=z(8, torch.int32),
         OUT=z(4 + max_pos, torch.int32),   # [last token, steps done, stopped at EOS, -, token of each step]
         PROF=(torch.zeros((len(schedule.queues), table.shape[1], 6 if profile == "detail" else 3), dtype=torch.int64,
                           device=device)
-              if profile else z(1, torch.int64)))
+              if profile else z(1, torch.int64)),
+        PEERS=z(2 * max(schedule.ranks - 1, 1), torch.int64))

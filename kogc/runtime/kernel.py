@@ -12,6 +12,7 @@ from ..codegen.render import render
 from ..errors import KogcError
 from ..ir.graph import Graph, Op
 from ..scheduler import Schedule
+from ..scheduler.tasks import REMOTE_BIT
 from .buffers import Buffers, allocate
 
 
@@ -24,7 +25,8 @@ class CompiledKernel:
 
     def __init__(self, graph: Graph, schedule: Schedule, weights: dict[str, torch.Tensor], device: str,
                  interpret: bool, watchdog_spins: int | None = None, profile: bool | str = False,
-                 num_warps: int | None = None, max_registers: int | None = None):
+                 num_warps: int | None = None, max_registers: int | None = None, cooperative: bool = True,
+                 peer_visible=None):
         if profile not in (False, True, "detail"):
             raise KogcError(f"profile must be False, True or 'detail', got {profile!r}")
         if profile and (interpret or not schedule.target.timer_asm):
@@ -35,7 +37,7 @@ class CompiledKernel:
         self.kernel, self.source_path = load_kernel(self.source, interpret)
         self.profile = profile
         self.num_warps = num_warps or schedule.target.num_warps
-        self.buffers: Buffers = allocate(schedule, weights, self.device, profile)
+        self.buffers: Buffers = allocate(schedule, weights, self.device, profile, peer_visible)
         self.epoch = 0
         # a spin is ~1 us on the GPU (an L2 round trip); under the interpreter nothing should ever spin
         self.watchdog_spins = watchdog_spins or (2_000 if interpret else 4_000_000)
@@ -50,8 +52,9 @@ class CompiledKernel:
                                     SAMPLE_EV=schedule.sample_event)
         if not interpret:
             # cooperative: the driver refuses a grid whose programs cannot all be resident at once (the
-            # spin waits need that)
-            self._launch_options.update(num_warps=self.num_warps, launch_cooperative_grid=True)
+            # spin waits need that). Several ranks on one GPU share it: each grid is sized to its share
+            # and launched plainly (kogc.runtime.ranks)
+            self._launch_options.update(num_warps=self.num_warps, launch_cooperative_grid=cooperative)
             if max_registers:   # ptxas cap: fewer registers per thread lets more programs share an SM
                 self._launch_options["maxnreg"] = max_registers
 
@@ -68,17 +71,23 @@ class CompiledKernel:
 
     def launch(self, token: int, pos: int, nsteps: int = 1, eos: int = -1, seed: int = 0,
                temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0, out: torch.Tensor | None = None,
-               host_poll: bool = False) -> None:
+               host_poll: bool = False, step0: int = 0, grid=None, view=None, epoch0: int | None = None) -> None:
         """Enqueue `nsteps` decode steps in one launch, from `token` at `pos` (no host synchronisation,
         no checks: see `step` and `generate`). Epochs advance by `nsteps`; after an early stop at EOS
         `generate` sets them to the steps actually run. host_poll: the host reads `out` while the kernel
-        runs (each step's count is then published system-wide, which costs the step a MEMBAR.SYS)."""
-        epoch0 = self.epoch + 1
-        self.epoch += nsteps
+        runs (each step's count is then published system-wide, which costs the step a MEMBAR.SYS).
+        step0: the first step's number for the sampling noise (a generation cut into launches).
+        grid, view: a launch of part of the queues (kogc.runtime.ranks: one segment under the
+        interpreter) with the tensor arguments `view` gives for it, and `epoch0` the step's epoch (the
+        counters do not advance: the caller advances them once per step)."""
+        if epoch0 is None:
+            epoch0 = self.epoch + 1
+            self.epoch += nsteps
+        args = self.buffers.kernel_args(out) if view is None else view
         with interpreter(self.interpret) if self.interpret else contextlib.nullcontext():
-            self.compiled = self.kernel[self._grid](
-                *self.buffers.kernel_args(out), int(token), int(pos), epoch0, self.watchdog_spins, int(nsteps),
-                int(eos), int(seed), float(temperature), int(top_k), float(top_p), int(host_poll),
+            self.compiled = self.kernel[grid or self._grid](
+                *args, int(token), int(pos), epoch0, self.watchdog_spins, int(nsteps),
+                int(eos), int(seed), float(temperature), int(top_k), float(top_p), int(host_poll), int(step0),
                 FILTER=int(self.needs_filter(temperature, top_k, top_p)), **self._launch_options)
 
     def needs_filter(self, temperature: float, top_k: int, top_p: float) -> bool:
@@ -102,6 +111,7 @@ class CompiledKernel:
         if err[0] == 0:
             return
         pid, slot, ev, seen, need = err[1:6]
+        ev &= REMOTE_BIT - 1    # (a count peers raise is marked in the table)
         if slot < 0:
             raise KernelHangError(f"wait timed out: program {pid} at a step boundary waited on event {ev} "
                                   f"({self.schedule.events[ev].name}, the sampled token): counter {seen}, needed {need}")

@@ -15,16 +15,19 @@ from .errors import SchedulerError
 from .tasks import Task
 
 
-def check_schedule(tasks: list[Task], events: list[Event], queues: list[list[int]]) -> None:
-    _simulate(tasks, events, queues, prune=False)
+def check_schedule(tasks: list[Task], events: list[Event], queues: list[list[int]],
+                   also: dict[int, list[int]] | None = None) -> None:
+    """`also`: events a task publishes besides its own group (a send to several ranks' counters)."""
+    _simulate(tasks, events, queues, prune=False, also=also)
 
 
-def prune_by_program_order(tasks: list[Task], events: list[Event], queues: list[list[int]]) -> int:
+def prune_by_program_order(tasks: list[Task], events: list[Event], queues: list[list[int]],
+                           also: dict[int, list[int]] | None = None) -> int:
     """Drop every wait the program already knows to be satisfied when the task starts (an earlier task
     of the same queue waited on it, or on something implying it). Exact: vector clocks say which
     tasks are known complete, and knowing a task complete implies knowing all it knew. Returns the
     number of waits dropped; run `check_schedule` afterwards (build_schedule does)."""
-    return _simulate(tasks, events, queues, prune=True)
+    return _simulate(tasks, events, queues, prune=True, also=also)
 
 
 def run_order(tasks: list[Task], events: list[Event], queues: list[list[int]]) -> list[int]:
@@ -36,7 +39,8 @@ def run_order(tasks: list[Task], events: list[Event], queues: list[list[int]]) -
 
 
 def _simulate(tasks: list[Task], events: list[Event], queues: list[list[int]], prune: bool,
-              order: list[int] | None = None) -> int:
+              order: list[int] | None = None, also: dict[int, list[int]] | None = None) -> int:
+    also = also or {}
     P = len(queues)
     prog = np.full(len(tasks), -1, dtype=np.int64)
     slot = np.zeros(len(tasks), dtype=np.int64)
@@ -60,7 +64,8 @@ def _simulate(tasks: list[Task], events: list[Event], queues: list[list[int]], p
     if prune:   # per event and program: how many of that queue's tasks must be done (slot + 1)
         need_vec = np.zeros((len(events), P), dtype=np.int64)
         for t in tasks:
-            need_vec[t.group, prog[t.id]] = max(need_vec[t.group, prog[t.id]], slot[t.id] + 1)
+            for g in (t.group, *also.get(t.id, ())):
+                need_vec[g, prog[t.id]] = max(need_vec[g, prog[t.id]], slot[t.id] + 1)
     dropped = 0
     while runnable:
         p = runnable.pop()
@@ -92,13 +97,14 @@ def _simulate(tasks: list[Task], events: list[Event], queues: list[list[int]], p
                         f"orders them (waits: {[events[g].name for g, _ in t.waits]})")
             vc[p] = head[p] + 1
             vc_prog[p] = vc
-            np.maximum(vc_event[t.group], vc, out=vc_event[t.group])
-            count[t.group] += 1
             head[p] += 1
             if order is not None:
                 order.append(t.id)
-            if count[t.group] == events[t.group].need:
-                runnable.extend(parked.pop(t.group, []))
+            for g in (t.group, *also.get(t.id, ())):
+                np.maximum(vc_event[g], vc, out=vc_event[g])
+                count[g] += 1
+                if count[g] == events[g].need:
+                    runnable.extend(parked.pop(g, []))
     stuck = [p for p in range(P) if head[p] < len(queues[p])]
     if stuck:
         p = stuck[0]

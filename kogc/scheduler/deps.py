@@ -19,11 +19,12 @@ from .tasks import Task
 class Event:
     id: int
     name: str          # e.g. "%42.matvec/lane3"
-    tasks: list[int]   # its producers; the counter reaches len(tasks) per step
+    tasks: list[int]   # its producers; the counter reaches len(tasks) + remote per step
+    remote: int = 0    # producers on other ranks (one per peer: an exchange's senders), counted here too
 
     @property
     def need(self) -> int:
-        return len(self.tasks)
+        return len(self.tasks) + self.remote
 
 
 class WriteIndex:

@@ -22,7 +22,8 @@ def bytes_model_seconds(task: Task, bytes_per_s_per_program: float) -> float:
 def place_parallel(tasks: list[Task], events: list[Event], num_programs: int,
                    bytes_per_s_per_program: float, lane_group_stagger: float = 0.0,
                    task_seconds: list[float] | None = None,
-                   wait_latency_s: float = 0.0) -> tuple[list[list[int]], float]:
+                   wait_latency_s: float = 0.0, remote: dict[int, tuple[int, float]] | None = None
+                   ) -> tuple[list[list[int]], float]:
     """Queues for `num_programs` programs, and the estimated makespan in seconds.
 
     Event-driven list scheduling: when a program frees up it takes, among the tasks whose inputs are
@@ -37,8 +38,13 @@ def place_parallel(tasks: list[Task], events: list[Event], num_programs: int,
 
     `task_seconds` (per task id) replaces the bytes model, e.g. with a profile's measured durations;
     `wait_latency_s` is added between a producer's end and its consumer's readiness (publish to
-    acquire)."""
+    acquire). `remote` (one rank of several): an event its peers' tasks complete -> (the local event
+    of the task that sends the same sum from here, the hop's seconds). Every rank runs the same
+    tasks, so the peers' sum is taken to arrive that long after this rank's own is sent."""
     n = len(tasks)
+    stands_for: dict[int, list[tuple[int, float]]] = {}
+    for r, (local, hop) in (remote or {}).items():
+        stands_for.setdefault(local, []).append((r, hop))
     waiters: dict[int, list[int]] = {}
     pending = [0] * n
     for t in tasks:
@@ -87,11 +93,12 @@ def place_parallel(tasks: list[Task], events: list[Event], num_programs: int,
         event_end[g] = max(event_end[g], end)
         left_in_event[g] -= 1
         if left_in_event[g] == 0:
-            for w in waiters.get(g, []):
-                ready_at[w] = max(ready_at[w], event_end[g] + wait_latency_s)
-                pending[w] -= 1
-                if pending[w] == 0:
-                    heapq.heappush(later, (ready_at[w], w))
+            for e, at in [(g, event_end[g])] + [(r, event_end[g] + hop) for r, hop in stands_for.get(g, [])]:
+                for w in waiters.get(e, []):
+                    ready_at[w] = max(ready_at[w], at + wait_latency_s)
+                    pending[w] -= 1
+                    if pending[w] == 0:
+                        heapq.heappush(later, (ready_at[w], w))
     return queues, makespan
 
 

@@ -17,7 +17,7 @@ from .config import TileConfig, validate
 from .deps import Event, derive, merge_events
 from .fuse import FusedOp, fuse
 from .place import bytes_model_seconds, place_parallel, place_sequential
-from .tasks import NARGS, Task
+from .tasks import NARGS, REMOTE_BIT, Exchange, Task
 from .tile import ESIZE, Layout, tile
 
 HEADER = 4          # table row: variant, lane, publish event, number of waits; then args, then waits
@@ -37,6 +37,10 @@ class Schedule:
     variants: list[tuple] = field(default_factory=list)
     est_seconds: float = 0.0
     timings: dict = field(default_factory=dict)
+    ranks: int = 1                  # delayed tensor parallelism: this is rank `rank` of `ranks`
+    rank: int = 0
+    exchanges: list[Exchange] = field(default_factory=list)   # the sums this rank's peers send it
+    first_remote: int | None = None  # events from here on count peers' sends (system-scope acquires)
 
     @property
     def num_programs(self) -> int:
@@ -93,7 +97,7 @@ class Schedule:
                 t = self.tasks[tid]
                 row = [vid[t.variant], t.lane, t.group if t.group in self.published else -1, len(t.waits)] + t.args
                 for g, need in t.waits:
-                    row += [g, need]
+                    row += [g if self.first_remote is None or g < self.first_remote else g + REMOTE_BIT, need]
                 table[p, i, :len(row)] = row
         return table, np.array([len(q) for q in self.queues], dtype=np.int32)
 
@@ -127,9 +131,11 @@ class Schedule:
     def to_json(self) -> str:
         return json.dumps({
             "model": self.graph.meta.get("model"), "target": self.target.name, "placement": self.placement,
+            "ranks": self.ranks, "rank": self.rank,
+            "exchanges": [dataclasses.asdict(x) for x in self.exchanges],
             "tile_config": dataclasses.asdict(self.tile_config),     # the settings (kind_us: the placement's)
             "variants": [list(v) for v in self.variants],
-            "events": [{"id": e.id, "name": e.name, "need": e.need} for e in self.events],
+            "events": [{"id": e.id, "name": e.name, "need": e.need, "remote": e.remote} for e in self.events],
             "queues": self.queues,
             "tasks": [{"id": t.id, "variant": self.variants.index(t.variant), "op": t.op, "lane": t.lane,
                        "layer": t.layer, "args": t.args, "publish": t.group, "waits": t.waits,

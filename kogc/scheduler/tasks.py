@@ -16,11 +16,16 @@ NARGS = 14
 (A_X, A_X2, A_OUT, A_ROW0, A_CACHE, A_H, A_RES_OUT, A_TERM, A_TERM_STRIDE, A_TERM_SEL, A_EPS, A_OWN_COEF,
  A_TERM_COEF, A_SLOT) = range(NARGS)
 A_KEYS = A_CACHE    # the LM head (store_argmax) and the argmax: where the step's token keys are (no cache there)
+# Delayed tensor parallelism (several ranks) reuses slots the kinds involved leave free:
+A_RECV = A_CACHE         # a receive buffer in the f32 arena: [2 step parities][peers][n]
+A_RECV_STRIDE = A_SLOT   # a residual term's n (one peer's partial) in that buffer
+A_RECV_EVENT = A_RES_OUT  # a sender's event id in its peers' counters (the same on every rank)
 TOKEN_KEYS = 128    # the LM head's tasks fold their (max, row) into key (task % this), int64 each in the
                     # f32 arena; one word for all 16k tasks made each one's publish queue behind the others'
                     # atomics at one L2 address (+17 us per step). Not regions: unordered by design, and the
                     # next step's folds come after the argmax clears them through the token they wait for
 SELECT_CODES = {None: 0, "own": 1, "others": 2, "all": 3}
+REMOTE_BIT = 1 << 30    # a wait on event e written as e + this in the task table: a count peers raise
 
 
 @dataclass(frozen=True)
@@ -44,6 +49,19 @@ class WeightTile:
     @property
     def numel(self) -> int:
         return self.rows * self.cols
+
+
+@dataclass
+class Exchange:
+    """A sum a rank's peers send it: `value`'s partial over each peer's lanes (fp32, n elements), into
+    the receive buffer `recv` of the f32 arena ([2 step parities][peers][n]), by each peer's task
+    `send` (a task id, the same on every rank), counted on the event `event` (filled when the rank's
+    events are made; the same id on every rank)."""
+    value: str
+    recv: str
+    n: int
+    send: int
+    event: int = -1
 
 
 @dataclass

@@ -14,9 +14,9 @@ from ..ir.graph import Graph, Op
 from .config import TileConfig, tile_config_from_json  # noqa: F401 (re-exported)
 from .errors import SchedulerError
 from .fuse import ALL, ATTN_COMBINE, OTHERS, OWN, PLAIN, RESIDUAL, ROPE_CACHE, ROPE_STORE, STORE_ARGMAX, FusedOp, is_pow2
-from .tasks import (A_CACHE, A_EPS, A_H, A_KEYS, A_OUT, A_OWN_COEF, A_RES_OUT, A_ROW0, A_SLOT, A_TERM,
-                    A_TERM_COEF, A_TERM_SEL, A_TERM_STRIDE, A_X, A_X2, NARGS, SELECT_CODES, TOKEN_KEYS, Region,
-                    Task, WeightTile)
+from .tasks import (A_CACHE, A_EPS, A_H, A_KEYS, A_OUT, A_OWN_COEF, A_RECV, A_RECV_STRIDE, A_RES_OUT, A_ROW0,
+                    A_SLOT, A_TERM, A_TERM_COEF, A_TERM_SEL, A_TERM_STRIDE, A_X, A_X2, NARGS, SELECT_CODES,
+                    TOKEN_KEYS, Exchange, Region, Task, WeightTile)
 
 ESIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
 
@@ -49,13 +49,44 @@ class Layout:
 
 
 def tile(graph: Graph, ops: list[FusedOp], cfg: TileConfig) -> tuple[list[Task], Layout]:
+    tasks, lay, _ = tile_rank(graph, ops, cfg)
+    return tasks, lay
+
+
+def tile_rank(graph: Graph, ops: list[FusedOp], cfg: TileConfig) -> tuple[list[Task], Layout, list[Exchange]]:
+    """`tile`, and for one rank of several (graph.meta["ranks"] > 1, kogc.ir.shard) the sums it
+    receives from its peers: a residual's term over other or all lanes, the final norm's lane sum and
+    the token's key. A sender is a task of this rank too (every rank runs the same tasks)."""
     by = graph.by_name()
     es = ESIZE[graph.weight_dtype]
     lay = Layout()
     tasks: list[Task] = []
+    npeer = graph.meta.get("ranks", 1) - 1
+    exchanges: list[Exchange] = []
+    # the matvec outputs a residual term sums over other or all lanes: each rank sends its lanes' sum
+    sent = {t.value for op in ops for t in op.p.get("terms", []) if t.select in (OTHERS, ALL)} if npeer else set()
 
     def new(variant, op, lane, args, reads, writes, weight=None, cost=0):
         tasks.append(Task(len(tasks), variant, op.node, lane, op.layer, args, reads, writes, weight, cost))
+
+    def recv_slot(value, n, op):
+        """The receive buffer of `value` ([2][npeer][n] fp32), once, with the exchange it belongs to."""
+        name = f"{value}.recv"
+        if name not in lay.slots:
+            lay.alloc(name, "f32", 2 * npeer * n, 0)
+            exchanges.append(Exchange(value, name, n, -1))
+        return name
+
+    def send(value, op):
+        """The task that sums `value` over this rank's lanes and stores it into every peer's buffer."""
+        t = by[value].type
+        d = t.shape[0]
+        recv = recv_slot(value, d, op)
+        args = _args({A_X: lay.at(value, 0), A_TERM_STRIDE: lay.slots[value][2], A_RECV: lay.at(recv, -1)})
+        sop = FusedOp("send", f"{value}.send", 0, {}, op.source, op.layer)
+        new(("send", d, t.lanes), sop, -1, args, [lay.region(value, l, 0, d) for l in range(t.lanes)], [],
+            cost=d * es * t.lanes + 4 * d * npeer)
+        next(x for x in exchanges if x.recv == recv).send = tasks[-1].id
 
     def val(name):  # allocate a stored activation
         t = by[name].type
@@ -78,7 +109,9 @@ def tile(graph: Graph, ops: list[FusedOp], cfg: TileConfig) -> tuple[list[Task],
                 args = _args({A_OUT: lay.at(p["out"], l)})
                 new(("embed", d), op, l, args, [], [lay.region(p["out"], l, 0, d)], cost=d * es)
         elif op.kind == "matvec":
-            _tile_matvec(op, by, lay, val, new, cfg, es, lanes_of)
+            _tile_matvec(op, by, lay, val, new, cfg, es, lanes_of, sent, recv_slot)
+            if p["out"] in sent:
+                send(p["out"], op)
         elif op.kind == "attention":
             _tile_attention(op, by, lay, val, new, cfg, es, lanes_of)
         elif op.kind == "residual":
@@ -93,6 +126,8 @@ def tile(graph: Graph, ops: list[FusedOp], cfg: TileConfig) -> tuple[list[Task],
                     args = _args({A_H: lay.at(p["h"], l, r0), A_OUT: lay.at(p["out"], l, r0)})
                     reads = [lay.region(p["h"], l, r0, r0 + blk)] + _term_reads(term, l, L, lay, r0, blk)
                     args = _term_args(args, term, l, lay, r0)
+                    if term.value in sent and term.select != OWN:
+                        reads.append(_remote_term(args, term, by, lay, recv_slot(term.value, d, op), r0))
                     new(("residual", blk, L), op, l, args, reads, [lay.region(p["out"], l, r0, r0 + blk)],
                         cost=blk * es * (L + 2))
         elif op.kind == "final_norm":
@@ -104,22 +139,66 @@ def tile(graph: Graph, ops: list[FusedOp], cfg: TileConfig) -> tuple[list[Task],
                           A_ROW0: d if g.type.lanes else 0, A_OUT: lay.at(p["out"], -1), A_EPS: f32_bits(p["eps"])})
             reads = [lay.region(p["h"], l, 0, d) for l in range(L)]
             # (the variant says whether each lane has its own scale or all share one, held as one row)
-            new(("final_norm", d, L, L if g.type.lanes else 1), op, -1, args, reads,
-                [lay.region(p["out"], -1, 0, d)], cost=d * es * (L + 1))
+            variant = ("final_norm", d, L, L if g.type.lanes else 1)
+            if not npeer:
+                new(variant, op, -1, args, reads, [lay.region(p["out"], -1, 0, d)], cost=d * es * (L + 1))
+            else:
+                # this rank's lanes' sum (fp32) kept here and stored into every peer's buffer; then the
+                # mean over all lanes from it and the peers' sums
+                part = f"{p['out']}.partial"
+                lay.alloc(part, "f32", d, 0)
+                recv = recv_slot(p["out"], d, op)
+                args[A_OUT], args[A_RECV] = lay.at(part, -1), lay.at(recv, -1)
+                new(variant + ("send",), op, -1, args, reads, [lay.region(part, -1, 0, d)],
+                    cost=d * es * L + 4 * d * (npeer + 1))
+                next(x for x in exchanges if x.recv == recv).send = tasks[-1].id
+                cop = FusedOp("combine", f"{op.node}.combine", 0, {}, op.source, op.layer)
+                args = _args({A_X: lay.at(part, -1), A_RECV: lay.at(recv, -1), A_OUT: lay.at(p["out"], -1)})
+                new(("combine", d, by[p["h"]].type.lanes * (npeer + 1)), cop, -1, args,
+                    [lay.region(part, -1, 0, d), lay.region(recv, -1, 0, 2 * npeer * d)],
+                    [lay.region(p["out"], -1, 0, d)], cost=4 * d * (npeer + 1) + d * es)
         elif op.kind == "argmax":
             # the token from the LM head's keys; the logits (read by top-k / top-p sampling, in blocks)
             # make it wait for every LM head task
             logits = by[p["logits"]].type.shape[0]
             blk = min(2048, next_pow2(logits))
             args = _args({A_X2: lay.at(p["logits"], -1), A_H: logits, A_KEYS: lay.at(f"{p['logits']}.keys", -1)})
-            new(("argmax", blk), op, -1, args, [lay.region(p["logits"], -1, 0, logits)], [Region("out", 0, 1)],
-                cost=TOKEN_KEYS * 8)
+            if not npeer:
+                new(("argmax", blk), op, -1, args, [lay.region(p["logits"], -1, 0, logits)], [Region("out", 0, 1)],
+                    cost=TOKEN_KEYS * 8)
+            else:
+                # this rank's best key (of its vocabulary shard) to every peer, then the best of all
+                own = f"{op.node}.key"
+                lay.alloc(own, "f32", 2, 0)            # one int64 word
+                recv = recv_slot(own, 2, op)
+                kop = FusedOp("keysend", f"{op.node}.keysend", 0, {}, op.source, op.layer)
+                kargs = _args({A_X: lay.at(f"{p['logits']}.keys", -1), A_OUT: lay.at(own, -1),
+                               A_RECV: lay.at(recv, -1)})
+                new(("keysend",), kop, -1, kargs, [lay.region(p["logits"], -1, 0, logits)],
+                    [lay.region(own, -1, 0, 2)], cost=TOKEN_KEYS * 8 + 8 * npeer)
+                next(x for x in exchanges if x.recv == recv).send = tasks[-1].id
+                # (the ranked argmax reads one key of its own at A_KEYS and its peers' at A_X)
+                args[A_KEYS], args[A_X] = lay.at(own, -1), lay.at(recv, -1)
+                new(("argmax", blk, "ranked"), op, -1, args,
+                    [lay.region(own, -1, 0, 2), lay.region(recv, -1, 0, 4 * npeer)], [Region("out", 0, 1)],
+                    cost=8 * (npeer + 1))
         else:
             raise SchedulerError(f"no tiling for fused op {op.kind}")
-    return tasks, lay
+    missing = [x.value for x in exchanges if x.send < 0]
+    if missing:
+        raise SchedulerError(f"no task sends {missing[0]} to this rank's peers")
+    return tasks, lay, exchanges
 
 
-def _tile_matvec(op, by, lay, val, new, cfg, es, lanes_of):
+def _remote_term(a, term, by, lay, recv, r0) -> Region:
+    """A residual term's peers' sums: where they arrive (A_RECV, A_RECV_STRIDE) and the region read."""
+    n = by[term.value].type.shape[0]
+    a[A_RECV], a[A_RECV_STRIDE] = lay.at(recv, -1, r0), n
+    _, off, size, _ = lay.slots[recv]
+    return Region("f32", off, off + size)
+
+
+def _tile_matvec(op, by, lay, val, new, cfg, es, lanes_of, sent=(), recv_slot=None):
     p = op.p
     N, K = p["n"], p["k"]
     epi, pro = p["epilogue"], p["prologue"]
@@ -148,7 +227,9 @@ def _tile_matvec(op, by, lay, val, new, cfg, es, lanes_of):
     variant = ("matvec", rows, K, pro, epi, hd) + variant_extra + (op.lanes,)
     if not is_pow2(K):      # Triton's ranges are powers of two: K is held in KP lanes, the rest masked
         variant += (next_pow2(K),)
-    wname = by[p["w"]].attrs["name"]
+    wnode = by[p["w"]]
+    wname = wnode.attrs["name"]
+    lane0, shard_row0 = wnode.attrs.get("lane0", 0), wnode.attrs.get("row0", 0)   # one rank's lanes or rows
     for l in lanes_of(op):
         x_reads, x_args = _prologue(op, by, lay, l, K)
         for r0 in range(0, N, rows):
@@ -172,10 +253,13 @@ def _tile_matvec(op, by, lay, val, new, cfg, es, lanes_of):
                 if term is not None:
                     reads += _term_reads(term, l, L, lay, r0, rows)
                     a = _term_args(a, term, l, lay, r0)
+                    if term.value in sent and term.select != OWN:
+                        reads.append(_remote_term(a, term, by, lay, recv_slot(term.value, N, op), r0))
             if epi == STORE_ARGMAX:
                 a[A_SLOT] = r0 // rows          # which of the TOKEN_KEYS keys it folds into: slot % TOKEN_KEYS
                 a[A_KEYS] = lay.at(f"{op.node}.keys", -1)
-            w = WeightTile(wname, l if by[p["w"]].type.lanes else -1, r0, rows, K)
+                a[A_ROW0] = shard_row0 + r0     # token ids are the whole vocabulary's
+            w = WeightTile(wname, l + lane0 if wnode.type.lanes else -1, shard_row0 + r0, rows, K)
             new(variant, op, l, a, reads, writes, w, cost=rows * K * es + K * es)
 
 

@@ -1,0 +1,188 @@
+"""Delayed tensor parallelism in one process: G ranks' kernels, each with its own buffers, storing into
+each other's receive buffers through a table of peer addresses (`Buffers.PEERS`).
+
+Two ways to run them without G GPUs, for tests and for measuring the protocol:
+- under Triton's interpreter (CPU): each rank's one queue is cut before every wait on a peer
+  (kogc.scheduler.ranks); the segments run one launch at a time, a rank's next one as soon as the
+  sends it waits for have run on every peer;
+- on ONE GPU: every rank's persistent kernel on its own stream with its share of the programs, the
+  same flag protocol and memory scopes as across GPUs.
+(Across GPUs, one process per rank: kogc.runtime.distributed.)
+"""
+from __future__ import annotations
+
+import torch
+
+from ..errors import KogcError
+from ..ir.graph import Graph
+from ..scheduler import Schedule
+from .kernel import CompiledKernel, KernelHangError
+
+
+def link_peers(kernels: list[CompiledKernel]) -> None:
+    """Give every rank its peers' F32 and CNT addresses (peer p of rank r is rank (r + 1 + p) % G)."""
+    G = len(kernels)
+    for r, k in enumerate(kernels):
+        ptrs = []
+        for p in range(G - 1):
+            q = kernels[(r + 1 + p) % G].buffers
+            ptrs += [q.F32.data_ptr(), q.CNT.data_ptr()]
+        k.buffers.PEERS = torch.tensor(ptrs or [0, 0], dtype=torch.int64, device=k.buffers.F32.device)
+
+
+class RankedKernel:
+    """`step(token, pos)` and `generate(...)` over G ranks (the lanes spread over them, the LM head cut
+    into vocabulary shards); the same results as the one-GPU kernel."""
+
+    def __init__(self, graph: Graph, schedules: list[Schedule], weights: dict[str, torch.Tensor], device: str,
+                 interpret: bool, watchdog_spins: int | None = None, num_warps: int | None = None,
+                 max_registers: int | None = None):
+        self.ir, self.schedules, self.interpret = graph, schedules, interpret
+        self.device = torch.device(device)
+        self.kernels = [CompiledKernel(s.graph, s, weights, device, interpret, watchdog_spins=watchdog_spins,
+                                       num_warps=num_warps, max_registers=max_registers, cooperative=False)
+                        for s in schedules]
+        link_peers(self.kernels)
+        self.ranks = len(schedules)
+        self.vocab = graph.by_name()[graph.output.inputs[0]].type.shape[0]
+        self.max_pos = self.kernels[0].max_pos
+        self.epoch = 0
+        self.streams = None
+        if not interpret:
+            self.streams = [torch.cuda.Stream(self.device) for _ in self.kernels]
+            self._warm()
+
+    # ------------------------------------------------------------------ one GPU
+    def _warm(self) -> None:
+        """Load every rank's kernel on its stream before a launch that needs them all at once (a first
+        launch on a stream is slow, and one that loads its module while another spins can wait for it)."""
+        for k, s in zip(self.kernels, self.streams):
+            with torch.cuda.stream(s):
+                k.launch(0, 0, nsteps=0, epoch0=1)
+        torch.cuda.synchronize(self.device)
+
+    def _launch_all(self, token: int, pos: int, nsteps: int = 1, **kw) -> None:
+        epoch0 = self.epoch + 1
+        self.epoch += nsteps
+        for k, s in zip(self.kernels, self.streams):
+            k.epoch = self.epoch
+            with torch.cuda.stream(s):
+                k.launch(token, pos, nsteps=nsteps, epoch0=epoch0, **kw)
+        for s in self.streams:
+            torch.cuda.current_stream(self.device).wait_stream(s)
+
+    # ------------------------------------------------------------------ interpreter
+    def _run_segments(self, token: int, pos: int, **kw) -> None:
+        """One step: every rank's segments, each as soon as the peers' sends it waits for have run."""
+        self.epoch += 1
+        done = [0] * self.ranks
+        sent: list[set[int]] = [set() for _ in range(self.ranks)]   # per rank: its tasks run this step
+        while any(d < len(s.queues) for d, s in zip(done, self.schedules)):
+            moved = False
+            for r, (k, s) in enumerate(zip(self.kernels, self.schedules)):
+                while done[r] < len(s.queues) and self._ready(r, s.queues[done[r]][0], sent):
+                    seg = done[r]
+                    b = k.buffers
+                    view = b.kernel_args()
+                    view[1], view[2], view[3] = b.WOFF[seg:], b.TABLE[seg:], b.QLEN[seg:]
+                    k.epoch = self.epoch
+                    k.launch(token, pos, nsteps=1, grid=(1,), view=view, epoch0=self.epoch, **kw)
+                    k.raise_if_stuck()
+                    sent[r].update(s.queues[seg])
+                    done[r] += 1
+                    moved = True
+            if not moved:
+                raise KernelHangError("the ranks' segments cannot go on: a rank waits for a send no peer makes")
+
+    def _ready(self, r: int, tid: int, sent: list[set[int]]) -> bool:
+        s = self.schedules[r]
+        for g, _ in s.tasks[tid].waits:
+            if g >= s.first_remote:
+                x = next(x for x in s.exchanges if x.event == g)
+                if any(x.send not in sent[q] for q in range(self.ranks) if q != r):
+                    return False
+        return True
+
+    # ------------------------------------------------------------------ the user's calls
+    def _token(self) -> int:
+        toks = [int(k.buffers.OUT[0].item()) for k in self.kernels]
+        if len(set(toks)) != 1:
+            raise KogcError(f"the ranks chose different tokens {toks}: the exchange of keys is broken")
+        return toks[0]
+
+    def _run(self, token: int, pos: int, **kw) -> None:
+        if self.interpret:
+            self._run_segments(token, pos, **kw)
+        else:
+            self._launch_all(token, pos, **kw)
+            torch.cuda.synchronize(self.device)
+            for k in self.kernels:
+                k.raise_if_stuck()
+
+    def step(self, token: int, pos: int) -> tuple[torch.Tensor, int]:
+        """One decode step on every rank: (the whole logits [V], gathered from the ranks' shards; the token)."""
+        token, pos = int(token), int(pos)
+        self.kernels[0].check_inputs(token, pos)
+        self._run(token, pos)
+        logits = torch.cat([k.logits_view for k in self.kernels]).clone()
+        return logits, self._token()
+
+    def generate(self, prompt_ids, max_new_tokens: int, temperature: float = 0.0, top_k: int | None = None,
+                 top_p: float | None = None, seed: int | None = None, eos_token_id: int | None = None,
+                 on_token=None) -> list[int]:
+        """As CompiledKernel.generate: on a GPU the new tokens in ONE launch per rank, every rank in
+        lockstep choosing the same token; under the interpreter one step at a time (the same tokens:
+        the noise is keyed by step). top-k / top-p need the whole logits on one rank: refused."""
+        if top_k is not None or (top_p is not None and top_p < 1.0):
+            raise KogcError(f"top_k / top_p sampling with {self.ranks} GPUs is not supported yet (each rank holds "
+                            f"a shard of the logits): use greedy or temperature sampling")
+        k0 = self.kernels[0]
+        prompt = [int(t) for t in prompt_ids]
+        k0.check_generate(prompt, max_new_tokens, temperature, None, None, seed, eos_token_id)
+        for s in self.schedules:
+            s.check_step_closure()
+        import os
+        if seed is None:
+            seed = int.from_bytes(os.urandom(4), "little") & 0x7FFFFFFF
+        self.last_seed = seed
+        eos = -1 if eos_token_id is None else int(eos_token_id)
+        for pos, tok in enumerate(prompt[:-1]):
+            self._run(tok, pos)
+        if self.interpret:
+            out, tok = [], prompt[-1]
+            for i in range(max_new_tokens):
+                self._run_segments(tok, len(prompt) - 1 + i, step0=i, seed=seed, temperature=temperature, eos=eos)
+                tok = self._token()
+                out.append(tok)
+                if on_token is not None:
+                    on_token(tok)
+                if tok == eos:
+                    break
+            return out
+        for k in self.kernels:
+            k.buffers.OUT[:4].zero_()
+        epoch0 = self.epoch + 1
+        self._launch_all(prompt[-1], len(prompt) - 1, nsteps=max_new_tokens, eos=eos, seed=seed,
+                         temperature=temperature)
+        torch.cuda.synchronize(self.device)
+        for k in self.kernels:
+            k.raise_if_stuck()
+        outs = [k.buffers.OUT.tolist() for k in self.kernels]
+        done = outs[0][1]
+        if any(o[1] != done or o[4:4 + done] != outs[0][4:4 + done] for o in outs):
+            raise KogcError("the ranks generated different tokens: the exchange of keys is broken")
+        self.epoch = epoch0 + done - 1
+        tokens = outs[0][4:4 + done]
+        if on_token is not None:
+            for t in tokens:
+                on_token(t)
+        return tokens
+
+    def reset(self) -> None:
+        for k in self.kernels:
+            k.reset()
+
+    def __repr__(self):
+        s = self.schedules[0]
+        return (f"RankedKernel({self.ir.meta.get('model')}, ranks={self.ranks}, target={s.target.name}, "
+                f"device={self.device}, programs per rank={len(s.queues)}, tasks per rank={len(s.tasks)})")

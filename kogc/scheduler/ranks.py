@@ -1,0 +1,175 @@
+"""Delayed tensor parallelism: one schedule per rank, linked by the sums the ranks send each other.
+
+Each rank's graph (kogc.ir.shard) is scheduled as one GPU's is; what it receives from its peers
+becomes events counted by their send tasks (`Exchange`, `Event.remote`), numbered after the rank's
+own events so that the kernel acquires them at system scope. Every rank runs the same tasks (same
+ids, same events), so a sender names the event in its peers' counters by its own number.
+
+The ranks are then proven sound together: one simulation runs every rank's queues with the sends
+counting on the peers' events (`check_schedule`'s `also`), which refuses a schedule that could
+deadlock across ranks, or read a received sum no wait orders, naming the wait; and every task of a
+rank must feed that rank's token (several steps in one launch).
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+
+from ..ir.graph import Graph
+from ..ir.shard import shard
+from ..targets import Target
+from .check import check_schedule, prune_by_program_order
+from .config import TileConfig, validate
+from .deps import Event, derive, merge_events
+from .errors import SchedulerError
+from .fuse import fuse
+from .place import place_parallel, place_sequential
+from .schedule import Schedule, placement_seconds
+from .tasks import A_RECV_EVENT, Task
+from .tile import tile_rank
+
+# Placement's guess of one GPU-to-GPU put + flag (store, system-scope release, remote acquire): it only
+# orders work on a rank (a sum a peer sends is taken to arrive this long after this rank's own send).
+REMOTE_HOP_S = 3e-6
+
+
+def build_rank_schedules(graph: Graph, ranks: int, target: Target, placement: str = "parallel",
+                         tile_config: TileConfig | None = None, num_programs: int | None = None,
+                         check: bool = True, prune: bool = True) -> list[Schedule]:
+    """The schedules of ranks 0..ranks-1 for `graph` (unsharded), proven sound together. Placement
+    "sequential" cuts each rank's one queue before every task that waits on a peer: the segments run
+    one at a time, interleaved across ranks (the interpreter's emulation of several GPUs)."""
+    cfg = validate(tile_config or TileConfig(), target)
+    out = [_rank_schedule(shard(graph, ranks, r), target, placement, cfg, num_programs) for r in range(ranks)]
+    _check_alike(out)
+    if check or prune:
+        t0 = time.perf_counter()
+        view = _Combined(out)
+        if prune and placement == "parallel":
+            prune_by_program_order(view.tasks, view.events, view.queues, view.also)
+            view.write_back_waits(out)
+        if check:
+            check_schedule(view.tasks, view.events, view.queues, view.also)
+            view.check_step_closure(out)
+        for s in out:
+            s.timings["check (all ranks)"] = time.perf_counter() - t0
+    return out
+
+
+def _rank_schedule(g: Graph, target: Target, placement: str, cfg: TileConfig, num_programs: int | None) -> Schedule:
+    timings = {}
+    t0 = time.perf_counter()
+    ops = fuse(g)
+    tasks, layout, exchanges = tile_rank(g, ops, cfg)
+    timings["tile"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    events = merge_events(tasks, derive(tasks))
+    first_remote = len(events)
+    npeer = g.meta["ranks"] - 1
+    for x in exchanges:
+        # after merge_events: a received sum's counter is never shared with a local one
+        x.event = len(events)
+        events.append(Event(x.event, f"{x.value}.recv", [], remote=npeer))
+        tasks[x.send].args[A_RECV_EVENT] = x.event
+        _, off, size, _ = layout.slots[x.recv]
+        for t in tasks:
+            if any(r.arena == "f32" and r.start < off + size and off < r.end for r in t.reads):
+                t.waits.append((x.event, npeer))
+    timings["deps"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    est = 0.0
+    if placement == "sequential":
+        queues = _segments(tasks, place_sequential(tasks)[0], first_remote)
+    elif placement == "parallel":
+        P = num_programs or target.num_programs
+        remote = {x.event: (tasks[x.send].group, REMOTE_HOP_S) for x in exchanges}
+        queues, est = place_parallel(tasks, events, P, target.hbm_read_bw / P, cfg.lane_group_stagger,
+                                     placement_seconds(tasks, cfg, target, P), cfg.place_latency_us * 1e-6,
+                                     remote=remote)
+    else:
+        raise ValueError(f"unknown placement {placement!r} (parallel | sequential)")
+    timings["place"] = time.perf_counter() - t0
+    variants = sorted({t.variant for t in tasks}, key=lambda v: [str(x) for x in v])
+    return Schedule(g, target, placement, ops, tasks, events, queues, layout, cfg, variants, est, timings,
+                    ranks=g.meta["ranks"], rank=g.meta["rank"], exchanges=exchanges, first_remote=first_remote)
+
+
+def _segments(tasks: list[Task], order: list[int], first_remote: int) -> list[list[int]]:
+    """One queue in `order`, cut before every task that waits on a peer's send."""
+    out: list[list[int]] = [[]]
+    for tid in order:
+        if out[-1] and any(g >= first_remote for g, _ in tasks[tid].waits):
+            out.append([])
+        out[-1].append(tid)
+    return out
+
+
+def _check_alike(schedules: list[Schedule]) -> None:
+    """Senders name the receive event by their own numbering: every rank must number alike."""
+    first = schedules[0]
+    for s in schedules[1:]:
+        if len(s.tasks) != len(first.tasks) or [(x.send, x.event) for x in s.exchanges] != \
+                [(x.send, x.event) for x in first.exchanges]:
+            raise SchedulerError(f"rank {s.rank}'s tasks or exchanges differ from rank 0's: the ranks must run "
+                                 f"the same tasks (a vocabulary that does not split evenly over the ranks?)")
+
+
+class _Combined:
+    """All ranks' tasks, events and queues as one schedule (ids offset per rank), a send counting on
+    each peer's receive event: for the soundness simulation."""
+
+    def __init__(self, schedules: list[Schedule]):
+        self.toff, self.eoff, self.tasks, self.events, self.queues = [], [], [], [], []
+        for s in schedules:
+            self.toff.append(len(self.tasks))
+            self.eoff.append(len(self.events))
+            self.tasks += [None] * len(s.tasks)
+            self.events += [None] * len(s.events)
+        self.also: dict[int, list[int]] = {}
+        senders: dict[tuple[int, int], list[int]] = {}      # (rank, its recv event) -> global sender ids
+        G = len(schedules)
+        for r, s in enumerate(schedules):
+            for x in s.exchanges:
+                for q in range(G):
+                    if q != r:
+                        sender = self.toff[q] + schedules[q].exchanges[s.exchanges.index(x)].send
+                        senders.setdefault((r, x.event), []).append(sender)
+                        self.also.setdefault(sender, []).append(self.eoff[r] + x.event)
+        for r, s in enumerate(schedules):
+            to, eo = self.toff[r], self.eoff[r]
+            for e in s.events:
+                producers = [to + t for t in e.tasks] + senders.get((r, e.id), [])
+                self.events[eo + e.id] = Event(eo + e.id, f"rank{r}:{e.name}", producers)
+            for t in s.tasks:
+                remote_deps = [d for g, _ in t.waits if g >= s.first_remote for d in senders[(r, g)]]
+                self.tasks[to + t.id] = dataclasses.replace(
+                    t, id=to + t.id, group=eo + t.group, waits=[(eo + g, n) for g, n in t.waits],
+                    deps=[to + d for d in t.deps] + remote_deps, op=f"rank{r}:{t.op}")
+            self.queues += [[to + t for t in q] for q in s.queues]
+
+    def write_back_waits(self, schedules: list[Schedule]) -> None:
+        for r, s in enumerate(schedules):
+            for t in s.tasks:
+                t.waits = [(g - self.eoff[r], n) for g, n in self.tasks[self.toff[r] + t.id].waits]
+
+    def check_step_closure(self, schedules: list[Schedule]) -> None:
+        """Every task of a rank feeds that rank's token (through its peers, for a send): then several
+        steps can run in one launch on every rank. Marks each schedule proved."""
+        for r, s in enumerate(schedules):
+            sample = next((t.id for t in s.tasks if t.kind == "argmax"), None)
+            if sample is None:
+                raise SchedulerError("the model produces no token (no argmax): it cannot generate in one launch")
+            seen = {self.toff[r] + sample}
+            work = list(seen)
+            while work:
+                for d in self.tasks[work.pop()].deps:
+                    if d not in seen:
+                        seen.add(d)
+                        work.append(d)
+            lo = self.toff[r]
+            missing = [t for t in s.tasks if lo + t.id not in seen]
+            if missing:
+                t = missing[0]
+                raise SchedulerError(f"rank {r}: task {t.id} ({t.op}, lane {t.lane}) does not feed the rank's token: "
+                                     f"a later step could overwrite its buffers while it runs")
+            s.__dict__["_step_closed"] = True      # Schedule.check_step_closure's cached proof
