@@ -135,7 +135,8 @@ def _reset(model) -> None:
 def run_check(model_file: str, preset: str | None, steps: int = 256, generate: int = 256,
               prompt=DEFAULT_PROMPT, fp32_ref: bool = False, seed: int = 0, checkpoint: str | None = None,
               overrides: dict | None = None, tile_config=None, interpret: bool = False,
-              max_rel_err: float | None = None, quiet: bool = False) -> dict:
+              max_rel_err: float | None = None, quiet: bool = False, gpus: int = 1, one_gpu: bool = False,
+              repeats: int = 20) -> dict:
     """Compile the model and run both checks; returns the results with "passed" and "failures"."""
     from .api import compile as kogc_compile
     from .frontend.model_file import build_model
@@ -161,7 +162,10 @@ def run_check(model_file: str, preset: str | None, steps: int = 256, generate: i
         torch.cuda.synchronize()
         mem0 = torch.cuda.memory_allocated()
     t0 = time.perf_counter()
-    ck = kogc_compile(model, interpret=interpret, tile_config=tile_config)
+    ck = kogc_compile(model, interpret=interpret, tile_config=tile_config, gpus=gpus, one_gpu=one_gpu)
+    res["gpus"] = gpus
+    if gpus > 1:
+        res["ranks_on"] = "one process, interpreter" if interpret else ("one GPU" if one_gpu else f"{gpus} GPUs")
     res["compile_s"] = time.perf_counter() - t0
     vocab, max_pos = ck.vocab, ck.max_pos
     if steps > max_pos:
@@ -209,6 +213,21 @@ def run_check(model_file: str, preset: str | None, steps: int = 256, generate: i
             if not g["step_loop_same_tokens"]:
                 failures.append(f"generation: a loop of one-step launches gave other tokens than one launch (first "
                                 f"difference at token {g['step_loop_first_difference']})")
+        if gpus > 1:
+            _progress(f"{gpus} ranks against the one-GPU kernel: {steps} steps, {generate} tokens, {repeats} "
+                      f"repeated launches", quiet)
+            ck.reset()
+            single = kogc_compile(model, interpret=interpret, tile_config=tile_config)
+            res["single_gpu"] = s = _check_against_single(ck, single, steps, generate, prompt, ties, repeats)
+            if s["steps"] and s["max_rel_err"] > limit:
+                failures.append(f"ranks vs one GPU: max relative error {s['max_rel_err']:.2e} > {limit:.0e}")
+            if s["argmax_misses"]:
+                failures.append(f"ranks vs one GPU: {s['argmax_misses']} tokens beyond {TIE_ULPS:g} steps")
+            if s.get("generation_misses"):
+                failures.append(f"ranks vs one GPU: {len(s['generation_misses'])} generated tokens beyond "
+                                f"{TIE_ULPS:g} steps of the one-GPU kernel's maximum")
+            if s["hangs"]:
+                failures.append(f"ranks: {s['hangs']} of {repeats} repeated launches stopped on a stuck wait")
     res["vocab"] = vocab
     res["failures"] = failures
     res["passed"] = not failures
@@ -280,6 +299,44 @@ def _check_generate(ck, eager, prompt: list[int], n: int, device: str, ties: tor
             "step_loop_same_tokens": tokens == loop, "step_loop_first_difference": diff}
 
 
+def _check_against_single(ck, single, steps: int, generate: int, prompt: list[int], ties, repeats: int) -> dict:
+    """The ranked kernel against the one-GPU kernel on the same weights: logits step by step (tie-aware
+    tokens), one generation's tokens, and `repeats` more generations (each must finish: no stuck wait)."""
+    from .runtime.kernel import KernelHangError
+    errs, misses, tok = [], 0, prompt[0]
+    for pos in range(steps):
+        ref, ref_tok = single.step(tok, pos)
+        logits, got = ck.step(tok, pos)
+        errs.append(rel_err(logits.float(), ref.float()))
+        misses += int(_miss(ref.float().cpu(), got, TIE_ULPS, ties) is not None)
+        tok = ref_tok
+    out = {"steps": steps, "max_rel_err": max(errs, default=0.0), "argmax_misses": misses}
+    if generate:
+        # the ranks' generation, checked (tie-aware) against the one-GPU kernel decoding the same
+        # sequence; their own generation may part from it at a near-tie (fp32 sums in another order)
+        ck.reset()
+        single.reset()
+        a, b = ck.generate(prompt, generate), single.generate(prompt, generate)
+        out["generated"] = len(a)
+        out["generation_first_difference"] = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None)
+        single.reset()
+        seq, rows = prompt + a, []
+        for pos in range(len(seq) - 1):
+            logits, _ = single.step(seq[pos], pos)
+            if pos >= len(prompt) - 1:
+                rows.append(logits.float().cpu())
+        out["generation_misses"] = tie_aware_mismatches(rows, a, TIE_ULPS, ties)
+    hangs = 0
+    for _ in range(repeats):
+        ck.reset()
+        try:
+            ck.generate(prompt, min(generate or 64, 64))
+        except KernelHangError:
+            hangs += 1
+    out.update(repeats=repeats, hangs=hangs)
+    return out
+
+
 def format_check(res: dict) -> str:
     lines = [f"{res['preset'] or res['checkpoint']} ({res['dtype']}) on {res['device']} ({res['date']}), "
              f"compiled in {res['compile_s']:.1f}s"]
@@ -309,5 +366,14 @@ def format_check(res: dict) -> str:
                         f"DIFFERS from token {g['step_loop_first_difference']}")
                      + f"; generate {g['generate_tok_per_s']:.1f} tok/s, step loop "
                        f"{g['step_loop_tok_per_s']:.1f} tok/s")
+    s = res.get("single_gpu")
+    if s:
+        lines.append(f"{res['gpus']} ranks ({res['ranks_on']}) against the one-GPU kernel: {s['steps']} steps, relative "
+                     f"error max {s['max_rel_err']:.2e}, {s['argmax_misses']} token misses; generation of "
+                     f"{s.get('generated', 0)} tokens: {len(s.get('generation_misses', []))} misses against the one-GPU "
+                     f"kernel decoding them, "
+                     + ("the same tokens as its own generation" if s.get("generation_first_difference") is None
+                        else f"its own generation parts at token {s['generation_first_difference']}")
+                     + f"; {s['hangs']} hangs in {s['repeats']} repeated launches")
     lines.append("RESULT: " + ("PASS" if res["passed"] else "FAIL: " + "; ".join(res["failures"])))
     return "\n".join(lines)

@@ -53,6 +53,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="with --out: also compile each task body (code variant) alone and write OUT/variants.txt: "
                         "registers, spills, global loads by width, barriers per variant (about 30 s for "
                         "laneformer-2b)")
+    c.add_argument("--gpus", type=int, default=1, metavar="G",
+                   help="delayed tensor parallelism: one kernel per rank, the lanes spread over G GPUs; --out "
+                        "writes OUT/rank0, OUT/rank1, ... (--emit prints rank 0's)")
     b = sub.add_parser("bench", help="time kogc's kernel against eager, one CUDA graph and torch.compile",
                        description="Measure, in one run on the same weights: kogc's monokernel, PyTorch eager "
                                    "(static KV cache), the whole step in one CUDA graph, torch.compile"
@@ -98,6 +101,7 @@ def _parser() -> argparse.ArgumentParser:
     k.add_argument("--json", help="also write the results to this file")
     k.add_argument("--interpret", action="store_true",
                    help="no GPU: run under Triton's interpreter (default preset tiny: a CPU smoke test)")
+    _gpus_args(k)
     w = sub.add_parser("sweep", help="time several schedule settings x contexts in one run, each checked against eager",
                        description="Compile the model once per variant (TileConfig fields, and optionally "
                                    "num_programs, num_warps, max_registers, profile), time it at every context "
@@ -214,6 +218,8 @@ def cmd_compile(args) -> int:
         return _fail("nothing to do: give --emit STAGE or --out DIR")
     if args.per_variant and not args.out:
         return _fail("--per-variant writes its binaries and table under --out DIR: give one")
+    if args.gpus != 1 and args.per_variant:
+        return _fail("--per-variant with --gpus: compile one rank's variants with --gpus 1 instead")
     t0 = time.perf_counter()
     total = 2 if args.emit in ("ir", "ir-json") else (5 + args.per_variant if args.out else 3)
     overrides = {"num_lanes": args.lanes} if args.lanes else {}
@@ -231,9 +237,12 @@ def cmd_compile(args) -> int:
     from .codegen.render import render
     from .scheduler import SchedulerError, build_schedule
     _progress(2, total, f"IR has {len(graph.nodes)} nodes; scheduling for {target.name}", t0)
+    cfg = tile_config_for(model, target, _tile_config(args.tile_config))
+    if args.gpus != 1:
+        return _compile_ranks(args, graph, target, cfg, t0, total)
     try:
         # placed as kogc.compile places it (with the model's shipped task times, if any)
-        schedule = build_schedule(graph, target, tile_config=tile_config_for(model, target, _tile_config(args.tile_config)))
+        schedule = build_schedule(graph, target, tile_config=cfg)
     except SchedulerError as e:
         return _fail(str(e))
     _progress(3, total, f"{len(schedule.tasks)} tasks on {len(schedule.queues)} programs; generating code", t0)
@@ -249,6 +258,31 @@ def cmd_compile(args) -> int:
         write_outputs(args.out, graph, schedule, source, target, t0, total)
     if args.per_variant:
         write_variant_table(args.out, schedule, t0, total)
+    return 0
+
+
+def _compile_ranks(args, graph, target, cfg, t0: float, total: int) -> int:
+    """kogc compile --gpus G: every rank's schedule (each rank a whole GPU), proven sound together, and
+    with --out one kernel per rank in OUT/rank<r>."""
+    from .codegen.render import render
+    from .ir.shard import check_shardable
+    from .scheduler.ranks import build_rank_schedules
+    check_shardable(graph, args.gpus)
+    schedules = build_rank_schedules(graph, args.gpus, target, tile_config=cfg)
+    s0 = schedules[0]
+    _progress(3, total, f"{args.gpus} ranks, {len(s0.tasks)} tasks on {len(s0.queues)} programs each; generating code",
+              t0)
+    sources = [render(s) for s in schedules]
+    if args.emit == "tasks":
+        print(format_tasks(s0))
+    elif args.emit == "schedule":
+        print(s0.report())
+        print(format_queues(s0))
+    elif args.emit == "source":
+        print(sources[0], end="")
+    if args.out:
+        for s, src in zip(schedules, sources):
+            write_outputs(os.path.join(args.out, f"rank{s.rank}"), s.graph, s, src, target, t0, total)
     return 0
 
 
@@ -394,6 +428,14 @@ def cmd_bench(args) -> int:
     return 0
 
 
+def _gpus_args(p) -> None:
+    p.add_argument("--gpus", type=int, default=1, metavar="G",
+                   help="delayed tensor parallelism: the model's lanes over G ranks, one kernel each (default 1)")
+    p.add_argument("--one-gpu", action="store_true",
+                   help="with --gpus G: run all G ranks on this one GPU, each with its share of the programs "
+                        "(tests the protocol; not faster)")
+
+
 def cmd_check(args) -> int:
     refused = _needs_gpu(args, "kogc check runs the kernel on a CUDA GPU (use --interpret for a CPU smoke test on "
                                "the tiny preset)")
@@ -408,7 +450,7 @@ def cmd_check(args) -> int:
                     fp32_ref=args.fp32_ref, seed=args.seed, checkpoint=args.checkpoint,
                     overrides={"num_lanes": args.lanes} if args.lanes else {},
                     tile_config=_tile_config(args.tile_config), interpret=args.interpret,
-                    max_rel_err=args.max_rel_err)
+                    max_rel_err=args.max_rel_err, gpus=args.gpus, one_gpu=args.one_gpu)
     print(format_check(res))
     if args.json:
         _write_json(res, args.json)

@@ -136,9 +136,8 @@ class RankedKernel:
         if top_k is not None or (top_p is not None and top_p < 1.0):
             raise KogcError(f"top_k / top_p sampling with {self.ranks} GPUs is not supported yet (each rank holds "
                             f"a shard of the logits): use greedy or temperature sampling")
-        k0 = self.kernels[0]
         prompt = [int(t) for t in prompt_ids]
-        k0.check_generate(prompt, max_new_tokens, temperature, None, None, seed, eos_token_id)
+        self.check_generate(prompt, max_new_tokens, temperature, None, None, seed, eos_token_id)
         for s in self.schedules:
             s.check_step_closure()
         import os
@@ -178,9 +177,21 @@ class RankedKernel:
                 on_token(t)
         return tokens
 
+    def check_generate(self, prompt, max_new_tokens, temperature, top_k, top_p, seed, eos) -> None:
+        """CompiledKernel.check_generate over the whole vocabulary (a rank's kernel knows its shard)."""
+        CompiledKernel.check_generate(self, prompt, max_new_tokens, temperature, top_k, top_p, seed, eos)
+
     def reset(self) -> None:
         for k in self.kernels:
             k.reset()
+
+    def memory_bytes(self) -> dict[str, int]:
+        """Every rank's buffers, summed by kind."""
+        out: dict[str, int] = {}
+        for k in self.kernels:
+            for name, n in k.memory_bytes().items():
+                out[name] = out.get(name, 0) + n
+        return out
 
     def __repr__(self):
         s = self.schedules[0]

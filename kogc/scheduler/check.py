@@ -30,11 +30,12 @@ def prune_by_program_order(tasks: list[Task], events: list[Event], queues: list[
     return _simulate(tasks, events, queues, prune=True, also=also)
 
 
-def run_order(tasks: list[Task], events: list[Event], queues: list[list[int]]) -> list[int]:
+def run_order(tasks: list[Task], events: list[Event], queues: list[list[int]],
+              also: dict[int, list[int]] | None = None) -> list[int]:
     """Task ids in an order the queues can run them honouring their waits (e.g. to replay a schedule
     with task times: every waited event is complete before its waiter comes)."""
     order: list[int] = []
-    _simulate(tasks, events, queues, prune=False, order=order)
+    _simulate(tasks, events, queues, prune=False, order=order, also=also)
     return order
 
 

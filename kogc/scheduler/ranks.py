@@ -140,8 +140,13 @@ class _Combined:
             for e in s.events:
                 producers = [to + t for t in e.tasks] + senders.get((r, e.id), [])
                 self.events[eo + e.id] = Event(eo + e.id, f"rank{r}:{e.name}", producers)
+            # the exact producers of what a task reads from a receive buffer: the peers' senders (from
+            # the regions it reads, not its waits: the check must see a wait that is missing)
+            recv = [(s.layout.slots[x.recv][1], s.layout.slots[x.recv][1] + s.layout.slots[x.recv][2],
+                     senders[(r, x.event)]) for x in s.exchanges]
             for t in s.tasks:
-                remote_deps = [d for g, _ in t.waits if g >= s.first_remote for d in senders[(r, g)]]
+                remote_deps = [d for lo, hi, ids in recv
+                               if any(a.arena == "f32" and a.start < hi and lo < a.end for a in t.reads) for d in ids]
                 self.tasks[to + t.id] = dataclasses.replace(
                     t, id=to + t.id, group=eo + t.group, waits=[(eo + g, n) for g, n in t.waits],
                     deps=[to + d for d in t.deps] + remote_deps, op=f"rank{r}:{t.op}")

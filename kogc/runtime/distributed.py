@@ -1,0 +1,112 @@
+"""Delayed tensor parallelism across GPUs: one process per rank (started by torchrun, or by `kogc run
+--gpus G` / `kogc bench --gpus G` through torch.distributed's own launcher).
+
+Each process compiles every rank's schedule (they are proven sound together) and runs its own. The
+buffers its peers store into (F32: receive buffers; CNT: event counters) come from PyTorch symmetric
+memory (`torch.distributed._symmetric_memory`, its CUDA backend: the driver maps the peers' memory;
+no NVSHMEM), and the peers' addresses go to the kernel as data (`Buffers.PEERS`). The process group
+(NCCL) serves only the setup and host-side gathers (a step's whole logits): nothing on the token path.
+"""
+from __future__ import annotations
+
+import os
+
+import torch
+
+from ..errors import KogcError
+from .kernel import CompiledKernel, KernelHangError, weights_of
+
+
+def launched() -> bool:
+    """Whether this process is one of several started by torchrun (or torch.distributed.run)."""
+    return "LOCAL_RANK" in os.environ and int(os.environ.get("WORLD_SIZE", "1")) > 1
+
+
+def compile_rank(module, graph, target, tile_config, num_programs, num_warps, max_registers, gpus: int):
+    import torch.distributed as dist
+    import torch.distributed._symmetric_memory as symm_mem
+
+    from ..api import device_target, tile_config_for
+    from ..scheduler.ranks import build_rank_schedules
+
+    world, rank, local = int(os.environ["WORLD_SIZE"]), int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
+    if world != gpus:
+        raise KogcError(f"gpus={gpus} but torchrun started {world} processes: give --nproc-per-node {gpus}")
+    if local >= torch.cuda.device_count():
+        raise KogcError(f"rank {rank} has local rank {local}, but only {torch.cuda.device_count()} GPUs are visible")
+    torch.cuda.set_device(local)
+    device = f"cuda:{local}"
+    if not dist.is_initialized():
+        dist.init_process_group("nccl", device_id=torch.device(device))
+    tgt = device_target(target, device, num_warps, max_registers)
+    cfg = tile_config_for(module, tgt, tile_config)
+    schedules = build_rank_schedules(graph, gpus, tgt, "parallel", cfg, num_programs=num_programs)
+    shared = []
+
+    def peer_visible(n, dtype):
+        t = symm_mem.empty(max(n, 1), dtype=dtype, device=device)
+        t.zero_()
+        shared.append(t)
+        return t
+
+    k = CompiledKernel(schedules[rank].graph, schedules[rank], weights_of(module, graph), device, False,
+                       num_warps=num_warps or tgt.num_warps, max_registers=max_registers or tgt.max_registers,
+                       peer_visible=peer_visible)
+    group = dist.group.WORLD.group_name
+    f32, cnt = (symm_mem.rendezvous(t, group) for t in shared)   # F32, then CNT: allocate's order
+    ptrs = []
+    for p in range(gpus - 1):
+        q = (rank + 1 + p) % gpus
+        ptrs += [f32.buffer_ptrs[q], cnt.buffer_ptrs[q]]
+    k.buffers.PEERS = torch.tensor(ptrs, dtype=torch.int64, device=device)
+    k._symmetric = (shared, f32, cnt)      # keep the mappings alive with the kernel
+    torch.cuda.synchronize()
+    dist.barrier()
+    return DistributedKernel(graph, k, rank, gpus)
+
+
+class DistributedKernel:
+    """This process's rank: `step` and `generate` as CompiledKernel's, with the same results on every
+    rank (the logits gathered from the ranks' vocabulary shards)."""
+
+    def __init__(self, graph, kernel: CompiledKernel, rank: int, ranks: int):
+        self.ir, self.kernel, self.rank, self.ranks = graph, kernel, rank, ranks
+        self.vocab = graph.by_name()[graph.output.inputs[0]].type.shape[0]
+        self.max_pos = kernel.max_pos
+
+    def step(self, token: int, pos: int) -> tuple[torch.Tensor, int]:
+        import torch.distributed as dist
+        logits, tok = self.kernel.step(token, pos)
+        parts = [None] * self.ranks
+        dist.all_gather_object(parts, logits.cpu())
+        return torch.cat(parts), tok
+
+    def check_generate(self, prompt, max_new_tokens, temperature, top_k, top_p, seed, eos) -> None:
+        CompiledKernel.check_generate(self, prompt, max_new_tokens, temperature, top_k, top_p, seed, eos)
+        if top_k is not None or (top_p is not None and top_p < 1.0):
+            raise KogcError(f"top_k / top_p sampling with {self.ranks} GPUs is not supported yet (each rank holds a "
+                            f"shard of the logits): use greedy or temperature sampling")
+
+    def generate(self, prompt_ids, max_new_tokens: int, temperature: float = 0.0, top_k=None, top_p=None,
+                 seed: int | None = None, eos_token_id: int | None = None, on_token=None) -> list[int]:
+        """Every rank generates in one launch, in lockstep (the same seed on every rank: rank 0's);
+        tokens stream from rank 0 (`on_token` is called there only)."""
+        import torch.distributed as dist
+        self.check_generate(list(prompt_ids), max_new_tokens, temperature, top_k, top_p, seed, eos_token_id)
+        if seed is None:
+            box = [int.from_bytes(os.urandom(4), "little") & 0x7FFFFFFF]
+            dist.broadcast_object_list(box, src=0)
+            seed = box[0]
+        k = self.kernel
+        k.vocab = self.vocab       # (the prompt and EOS are checked against the whole vocabulary)
+        try:
+            return k.generate(prompt_ids, max_new_tokens, temperature=temperature, seed=seed,
+                              eos_token_id=eos_token_id, on_token=on_token if self.rank == 0 else None)
+        except KernelHangError as e:
+            raise KernelHangError(f"rank {self.rank}: {e} (a peer rank may have stopped)") from None
+
+    def reset(self) -> None:
+        self.kernel.reset()
+
+    def memory_bytes(self) -> dict[str, int]:
+        return self.kernel.memory_bytes()
