@@ -118,3 +118,19 @@ def test_cli_compile_writes_one_kernel_per_rank(tmp_path, capsys):
     assert main(["compile", MODEL_FILE, "--target", "h200", "--config", "tiny", "--gpus", "3",
                  "--emit", "schedule"]) == 2
     assert "does not divide" in capsys.readouterr().err
+
+
+@pytest.mark.gpu
+def test_two_ranks_on_one_gpu_equal_the_one_gpu_kernel():
+    """Two ranks' kernels side by side on this GPU (own streams, half the programs each, the flag
+    protocol and scopes of several GPUs): laneformer-0.5b against the one-GPU kernel step by step
+    and over a generation (tie-aware), and repeated launches finish (no stuck wait)."""
+    from conftest import MODEL_FILE
+    from kogc.check import run_check
+    res = run_check(MODEL_FILE, "laneformer-0.5b", steps=64, generate=256, gpus=2, one_gpu=True, repeats=10,
+                    quiet=True)
+    s = res["single_gpu"]
+    assert s["max_rel_err"] <= res["max_rel_err_allowed"] and s["argmax_misses"] == 0
+    assert s["generated"] == 256 and not s["generation_misses"]
+    assert s["hangs"] == 0
+    assert res["max_rel_err"] <= res["max_rel_err_allowed"] and not res["argmax_misses"]
