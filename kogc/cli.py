@@ -119,6 +119,18 @@ def _parser() -> argparse.ArgumentParser:
     w.add_argument("--out", metavar="DIR", help="where a profiled variant's task times (task-times-CONTEXT[-vI].npz, "
                                                "for kogc analyze) and trace (trace-*.json) go")
     w.add_argument("--interpret", action="store_true", help="no GPU: a smoke run under Triton's interpreter")
+    m = sub.add_parser("predict", help="model the speed of delayed tensor parallelism on G GPUs (no GPU needed)",
+                       description="Replay every rank's schedule together with the placement's task times (the "
+                                   "model's measured one-GPU times where it ships them), a hop within a GPU and one "
+                                   "across GPUs; calibrated by the measured one-GPU step (--measured-ms). A model, "
+                                   "not a measurement.")
+    _model_args(m, "laneformer-2b")
+    m.add_argument("--gpus", default="1,2,4,8", help="rank counts (comma-separated; default 1,2,4,8)")
+    m.add_argument("--target", default="h200", help="h200 | h100 | mi300x (default h200)")
+    m.add_argument("--local-us", type=float, default=1.0, help="a flag hop between programs of one GPU (default 1)")
+    m.add_argument("--remote-us", type=float, default=3.0, help="a put + flag between GPUs (default 3)")
+    m.add_argument("--measured-ms", type=float, help="the measured one-GPU ms per token (kogc bench) to calibrate by")
+    m.add_argument("--json", help="also write the rows to this file")
     a = sub.add_parser("analyze", help="where a profiled step's time goes (no GPU): replay, chain, phases",
                        description="Read a profiled step's per-task stamps (kogc bench --profile --task-times FILE, "
                                    "or kogc sweep with a profiled variant and --out), build the same schedule again "
@@ -485,6 +497,36 @@ def cmd_analyze(args) -> int:
     return 0
 
 
+def cmd_predict(args) -> int:
+    from .analysis.ranks import predict
+    from .api import tile_config_for
+    from .frontend import to_ir
+    from .frontend.model_file import build_model
+    from .targets import get_target
+    try:
+        target = get_target(args.target)
+    except KeyError as e:
+        return _fail(e.args[0])
+    gpus = _ints(args.gpus, "--gpus")
+    t0 = time.perf_counter()
+    model = build_model(args.model_file, preset=None if args.checkpoint else args.config, checkpoint=args.checkpoint,
+                        device="cpu" if args.checkpoint else "meta", seed=None,
+                        **({"num_lanes": args.lanes} if args.lanes else {}))
+    graph = to_ir(model)
+    cfg = tile_config_for(model, target, _tile_config(args.tile_config))
+    rows = predict(graph, target, cfg, gpus, args.local_us, args.remote_us, args.measured_ms,
+                   progress=lambda G: _progress(gpus.index(G) + 1, len(gpus), f"replaying {G} rank(s)", t0))
+    print(f"{args.checkpoint or args.config} on {target.name}: hop {args.local_us:g} us within a GPU, "
+          f"{args.remote_us:g} us across (a model)")
+    for r in rows:
+        extra = f" -> {r['predicted_ms']:.3f} ms, {r['predicted_tok_s']:.0f} tok/s" if "predicted_ms" in r else ""
+        print(f"  {r['gpus']} GPU(s): replayed step {r['replay_us']:.1f} us{extra}")
+    if args.json:
+        _write_json({"config": args.config, "target": target.name, "local_us": args.local_us,
+                     "remote_us": args.remote_us, "measured_one_gpu_ms": args.measured_ms, "rows": rows}, args.json)
+    return 0
+
+
 def cmd_inspect(args) -> int:
     from .inspection.command import run
     return run(args)
@@ -544,7 +586,7 @@ def main(argv: list[str] | None = None) -> int:
         return e.code if isinstance(e.code, int) else 2
     try:
         return {"compile": cmd_compile, "bench": cmd_bench, "run": cmd_run, "check": cmd_check, "sweep": cmd_sweep,
-                "analyze": cmd_analyze, "inspect": cmd_inspect}[args.command](args)
+                "analyze": cmd_analyze, "inspect": cmd_inspect, "predict": cmd_predict}[args.command](args)
     except (KogcError, SchedulerError) as e:   # the scheduler's refusals (sizes, settings) are user errors too
         return _fail(str(e))
     except BrokenPipeError:  # `kogc compile ... | head`

@@ -134,3 +134,16 @@ def test_two_ranks_on_one_gpu_equal_the_one_gpu_kernel():
     assert s["generated"] == 256 and not s["generation_misses"]
     assert s["hangs"] == 0
     assert res["max_rel_err"] <= res["max_rel_err_allowed"] and not res["argmax_misses"]
+
+
+def test_cli_predict_replays_the_ranks(tmp_path, capsys):
+    """`kogc predict`: the ranks' schedules replayed together (no GPU), calibrated by a measured step."""
+    import json
+    from kogc.cli import main
+    from conftest import MODEL_FILE
+    out = tmp_path / "p.json"
+    assert main(["predict", MODEL_FILE, "--config", "tiny", "--gpus", "1,2", "--measured-ms", "1.0",
+                 "--json", str(out)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["gpus"] for r in rows] == [1, 2] and rows[0]["predicted_ms"] == pytest.approx(1.0)
+    assert all(r["replay_us"] > 0 for r in rows) and "2 GPU(s)" in capsys.readouterr().out
