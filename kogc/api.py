@@ -116,8 +116,6 @@ def _compile_ranked(module, target, device, interpret, tile_config, num_programs
     from .runtime.ranks import RankedKernel
     from .scheduler.ranks import build_rank_schedules
     tgt = get_target(target)
-    if profile:
-        raise KogcError("profiling a run on several GPUs is not supported yet")
     if interpret is None:
         interpret = not (torch.cuda.is_available() and tgt.vendor == "nvidia")
     graph = to_ir(module)
@@ -126,7 +124,7 @@ def _compile_ranked(module, target, device, interpret, tile_config, num_programs
         from .runtime import distributed
         if distributed.launched():
             return distributed.compile_rank(module, graph, tgt, tile_config, num_programs, num_warps, max_registers,
-                                            gpus)
+                                            gpus, profile)
         if not one_gpu:
             raise KogcError(f"gpus={gpus}: start one process per GPU (torchrun --nproc-per-node {gpus}, or "
                             f"`kogc run/bench --gpus {gpus}`), or pass one_gpu=True to run every rank on this GPU")
@@ -139,4 +137,5 @@ def _compile_ranked(module, target, device, interpret, tile_config, num_programs
     programs = num_programs or (None if interpret else max(1, tgt.num_programs // gpus))
     schedules = build_rank_schedules(graph, gpus, tgt, placement, cfg, num_programs=programs)
     return RankedKernel(graph, schedules, weights_of(module, graph), device, interpret,
-                        num_warps=num_warps or tgt.num_warps, max_registers=max_registers or tgt.max_registers)
+                        num_warps=num_warps or tgt.num_warps, max_registers=max_registers or tgt.max_registers,
+                        profile=profile)

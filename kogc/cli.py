@@ -78,6 +78,7 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--task-times", metavar="FILE",
                    help="with --profile: also write the profiled step's per-task stamps to FILE (.npz), the input "
                         "of kogc analyze")
+    _gpus_args(b)
     b.add_argument("--scaling", action="store_true",
                    help="the scaling table instead: kogc alone for every preset of --config (comma-separated) x "
                         "every context of --context, each with its floor")
@@ -204,6 +205,7 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--seed", type=int, help="for sampling (default: drawn at random and printed)")
     r.add_argument("--eos-id", type=int, help="stop after this token")
     r.add_argument("--interpret", action="store_true", help="no GPU: run under Triton's interpreter (slow)")
+    _gpus_args(r)
     return p
 
 
@@ -419,6 +421,8 @@ def cmd_bench(args) -> int:
         return 0
     if len(contexts) > 1 or len(presets) > 1:
         return _fail("several presets or contexts are the scaling table: add --scaling")
+    if args.gpus != 1:
+        return _bench_ranks(args, presets, contexts[0], overrides)
     if args.task_times and (not args.profile or args.interpret):
         return _fail("--task-times writes the stamps of a profiled step: it needs --profile (on a GPU)")
     from .bench import ALL_BASELINES, format_table, run_bench, write_json
@@ -440,6 +444,28 @@ def cmd_bench(args) -> int:
     return 0
 
 
+def _bench_ranks(args, presets, context: int, overrides: dict) -> int:
+    """kogc bench --gpus G: kogc on G ranks beside the one-GPU kernel and the TP=G stack (kogc.bench.ranks)."""
+    if args.interpret or args.profile or args.task_times:
+        return _fail("--gpus times the ranks on GPUs: --interpret, --profile and --task-times do not apply "
+                     "(the ranks' remote waits are profiled anyway)")
+    if _start_ranks(args) is not None:
+        return 0
+    from .bench import format_table, write_json
+    from .bench.ranks import format_remote_waits, run_bench_ranks
+    res = run_bench_ranks(args.model_file, presets[0] if not args.checkpoint else None, args.gpus, args.one_gpu,
+                          context=context, steps=args.steps, reps=args.reps, checkpoint=args.checkpoint,
+                          overrides=overrides, kogc_options={"tile_config": _tile_config(args.tile_config)},
+                          progress=lambda m: print(f"[bench] {m}", file=sys.stderr, flush=True))
+    print(format_table(res))
+    print(f"(floor: {res['floor']['per']})")
+    print(format_remote_waits(res))
+    if args.json:
+        write_json(res, args.json)
+        print(f"wrote {args.json}", file=sys.stderr)
+    return 0
+
+
 def _gpus_args(p) -> None:
     p.add_argument("--gpus", type=int, default=1, metavar="G",
                    help="delayed tensor parallelism: the model's lanes over G ranks, one kernel each (default 1)")
@@ -448,12 +474,36 @@ def _gpus_args(p) -> None:
                         "(tests the protocol; not faster)")
 
 
+def _start_ranks(args):
+    """--gpus G outside torchrun (and without --one-gpu or --interpret): check the model and the GPUs
+    here, then start G processes running this same command through torch.distributed's launcher and
+    return 0; None where this process runs the command itself (a rank, one GPU, the interpreter)."""
+    from .runtime import distributed
+    if distributed.launched():
+        if distributed.rank() != 0:      # one rank prints
+            sys.stdout = open(os.devnull, "w")
+        return None
+    if args.one_gpu or getattr(args, "interpret", False):
+        return None
+    from .frontend import to_ir
+    from .frontend.model_file import build_model
+    from .ir.shard import check_shardable
+    model = build_model(args.model_file, preset=None if args.checkpoint else args.config, checkpoint=args.checkpoint,
+                        device="meta" if not args.checkpoint else "cpu", seed=None,
+                        **({"num_lanes": args.lanes} if args.lanes else {}))
+    check_shardable(to_ir(model), args.gpus)
+    distributed.check_gpus(args.gpus)
+    return distributed.relaunch(args.gpus, args.argv)
+
+
 def cmd_check(args) -> int:
     refused = _needs_gpu(args, "kogc check runs the kernel on a CUDA GPU (use --interpret for a CPU smoke test on "
                                "the tiny preset)")
     if refused is not None:
         return refused
     from .check import format_check, run_check
+    if args.gpus != 1 and _start_ranks(args) is not None:
+        return 0
     prompt = _ints(args.prompt_ids, "--prompt-ids")
     default = 2 if args.interpret else 256
     preset = None if args.checkpoint else (args.config or ("tiny" if args.interpret else "laneformer-2b"))
@@ -543,12 +593,15 @@ def cmd_run(args) -> int:
         return _fail(f"--prompt-ids must be comma-separated integers, got {args.prompt_ids!r}")
     from .api import compile as kogc_compile
     from .frontend.model_file import build_model
+    if args.gpus != 1 and _start_ranks(args) is not None:
+        return 0
     t0 = time.perf_counter()
     overrides = {"num_lanes": args.lanes} if args.lanes else {}
     model = build_model(args.model_file, preset=None if args.checkpoint else args.config, checkpoint=args.checkpoint,
                         **overrides)
     print(f"[run] built {args.checkpoint or args.config} ({time.perf_counter() - t0:.1f}s); compiling", file=sys.stderr)
-    ck = kogc_compile(model, interpret=args.interpret, tile_config=_tile_config(args.tile_config))
+    ck = kogc_compile(model, interpret=args.interpret, tile_config=_tile_config(args.tile_config), gpus=args.gpus,
+                      one_gpu=args.one_gpu)
     ck.check_generate(prompt, args.max_new_tokens, args.temperature, args.top_k, args.top_p, args.seed, args.eos_id)
     if not args.interpret:   # keep one-time work out of the timings: the kernel's first compile, the
         # step-closure proof (a walk over every task) and the pinned token buffer
@@ -568,6 +621,8 @@ def cmd_run(args) -> int:
     print()
     seed = f", seed {ck.last_seed}" if args.temperature > 0 else ""
     stop = " (stopped at EOS)" if args.eos_id in tokens else ""
+    if not arrivals and tokens:     # a rank other than 0 (its tokens are rank 0's, which prints them)
+        return 0
     if args.interpret:   # the interpreter runs the launch to the end before any token is seen
         print(f"{len(tokens)} tokens{stop} in {end - start:.1f} s with the prefill: {len(tokens) / (end - start):.2f} "
               f"tok/s [CPU interpreter: tokens printed after the launch]{seed}")
@@ -584,6 +639,7 @@ def main(argv: list[str] | None = None) -> int:
         args = _parser().parse_args(argv)
     except SystemExit as e:          # --help (0) or a usage error (2, its line already printed)
         return e.code if isinstance(e.code, int) else 2
+    args.argv = list(sys.argv[1:] if argv is None else argv)     # (--gpus G starts G processes with these)
     try:
         return {"compile": cmd_compile, "bench": cmd_bench, "run": cmd_run, "check": cmd_check, "sweep": cmd_sweep,
                 "analyze": cmd_analyze, "inspect": cmd_inspect, "predict": cmd_predict}[args.command](args)

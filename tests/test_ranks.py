@@ -147,3 +147,14 @@ def test_cli_predict_replays_the_ranks(tmp_path, capsys):
     rows = json.loads(out.read_text())["rows"]
     assert [r["gpus"] for r in rows] == [1, 2] and rows[0]["predicted_ms"] == pytest.approx(1.0)
     assert all(r["replay_us"] > 0 for r in rows) and "2 GPU(s)" in capsys.readouterr().out
+
+
+def test_a_rank_that_stops_is_named_by_the_others_watchdog():
+    """Rank 1 never runs: rank 0's first wait on it hits the watchdog, and the error names the rank."""
+    from kogc.runtime.kernel import KernelHangError
+    ck = kogc.compile(tiny(num_hidden_layers=2), gpus=2)
+    k0 = ck.kernels[0]
+    k0.watchdog_spins = 50
+    k0.launch(1, 0)                  # every segment of rank 0 in one launch, alone
+    with pytest.raises(KernelHangError, match=r"rank 0: wait timed out.*raised by ranks \[1\]"):
+        k0.raise_if_stuck()

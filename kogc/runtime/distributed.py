@@ -14,7 +14,7 @@ import os
 import torch
 
 from ..errors import KogcError
-from .kernel import CompiledKernel, KernelHangError, weights_of
+from .kernel import CompiledKernel, weights_of
 
 
 def launched() -> bool:
@@ -22,7 +22,42 @@ def launched() -> bool:
     return "LOCAL_RANK" in os.environ and int(os.environ.get("WORLD_SIZE", "1")) > 1
 
 
-def compile_rank(module, graph, target, tile_config, num_programs, num_warps, max_registers, gpus: int):
+def rank() -> int:
+    return int(os.environ.get("RANK", "0"))
+
+
+def overlapping() -> bool:
+    """Several ranks may share a GPU (a test of the cross-process path on one GPU): PyTorch's own opt-in
+    for symmetric memory, TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES=1. The kernels of several processes
+    on one GPU take turns (time slices) unless MPS runs: slow, for testing only."""
+    return os.environ.get("TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES") == "1"
+
+
+def check_gpus(gpus: int) -> None:
+    """Refuse more ranks than visible GPUs (KogcError), unless ranks may overlap."""
+    n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if n >= gpus or (overlapping() and n >= 1):
+        return
+    raise KogcError(f"--gpus {gpus}: only {n} GPU(s) visible; run with as many GPUs, or --one-gpu to run every "
+                    f"rank on one GPU")
+
+
+def relaunch(gpus: int, argv: list[str]) -> int:
+    """Run `python -m kogc ARGV` as `gpus` processes through torch.distributed's own launcher (what
+    torchrun runs); the exit code, 1 naming the ranks that failed."""
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.run import main as torchrun
+    check_gpus(gpus)
+    try:
+        torchrun(["--standalone", "--nproc-per-node", str(gpus), "-m", "kogc", *argv])
+    except ChildFailedError as e:
+        failed = ", ".join(f"rank {r} (exit code {f.exitcode})" for r, f in sorted(e.failures.items()))
+        raise KogcError(f"{failed} failed; the other ranks stopped") from None
+    return 0
+
+
+def compile_rank(module, graph, target, tile_config, num_programs, num_warps, max_registers, gpus: int,
+                 profile: bool | str = False):
     import torch.distributed as dist
     import torch.distributed._symmetric_memory as symm_mem
 
@@ -32,12 +67,16 @@ def compile_rank(module, graph, target, tile_config, num_programs, num_warps, ma
     world, rank, local = int(os.environ["WORLD_SIZE"]), int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
     if world != gpus:
         raise KogcError(f"gpus={gpus} but torchrun started {world} processes: give --nproc-per-node {gpus}")
-    if local >= torch.cuda.device_count():
-        raise KogcError(f"rank {rank} has local rank {local}, but only {torch.cuda.device_count()} GPUs are visible")
+    check_gpus(gpus)
+    local %= torch.cuda.device_count()
     torch.cuda.set_device(local)
     device = f"cuda:{local}"
     if not dist.is_initialized():
-        dist.init_process_group("nccl", device_id=torch.device(device))
+        # NCCL refuses two ranks on one GPU: the overlapping test path sets up through gloo
+        if overlapping() and torch.cuda.device_count() < world:
+            dist.init_process_group("gloo")
+        else:
+            dist.init_process_group("nccl", device_id=torch.device(device))
     tgt = device_target(target, device, num_warps, max_registers)
     cfg = tile_config_for(module, tgt, tile_config)
     schedules = build_rank_schedules(graph, gpus, tgt, "parallel", cfg, num_programs=num_programs)
@@ -51,7 +90,7 @@ def compile_rank(module, graph, target, tile_config, num_programs, num_warps, ma
 
     k = CompiledKernel(schedules[rank].graph, schedules[rank], weights_of(module, graph), device, False,
                        num_warps=num_warps or tgt.num_warps, max_registers=max_registers or tgt.max_registers,
-                       peer_visible=peer_visible)
+                       peer_visible=peer_visible, profile=profile)
     group = dist.group.WORLD.group_name
     f32, cnt = (symm_mem.rendezvous(t, group) for t in shared)   # F32, then CNT: allocate's order
     ptrs = []
@@ -73,6 +112,10 @@ class DistributedKernel:
         self.ir, self.kernel, self.rank, self.ranks = graph, kernel, rank, ranks
         self.vocab = graph.by_name()[graph.output.inputs[0]].type.shape[0]
         self.max_pos = kernel.max_pos
+
+    @property
+    def last_seed(self) -> int | None:
+        return getattr(self.kernel, "last_seed", None)
 
     def step(self, token: int, pos: int) -> tuple[torch.Tensor, int]:
         import torch.distributed as dist
@@ -99,11 +142,8 @@ class DistributedKernel:
             seed = box[0]
         k = self.kernel
         k.vocab = self.vocab       # (the prompt and EOS are checked against the whole vocabulary)
-        try:
-            return k.generate(prompt_ids, max_new_tokens, temperature=temperature, seed=seed,
-                              eos_token_id=eos_token_id, on_token=on_token if self.rank == 0 else None)
-        except KernelHangError as e:
-            raise KernelHangError(f"rank {self.rank}: {e} (a peer rank may have stopped)") from None
+        return k.generate(prompt_ids, max_new_tokens, temperature=temperature, seed=seed,
+                          eos_token_id=eos_token_id, on_token=on_token if self.rank == 0 else None)
 
     def reset(self) -> None:
         self.kernel.reset()

@@ -117,9 +117,15 @@ class CompiledKernel:
                                   f"({self.schedule.events[ev].name}, the sampled token): counter {seen}, needed {need}")
         tid = self.schedule.queues[pid][slot]
         t = self.schedule.tasks[tid]
+        s = self.schedule
+        what = s.events[ev].name
+        if s.first_remote is not None and ev >= s.first_remote:    # counted by the peers' sends
+            peers = [(s.rank + 1 + p) % s.ranks for p in range(s.ranks - 1)]
+            what += f", raised by ranks {peers}: one of them stopped or is behind"
+        where = f"rank {s.rank}: " if s.ranks > 1 else ""
         raise KernelHangError(
-            f"wait timed out: program {pid}, queue slot {slot}, task {tid} ({t.kind} of {t.op}, lane {t.lane}) "
-            f"waited on event {ev} ({self.schedule.events[ev].name}): counter {seen}, needed {need}")
+            f"{where}wait timed out: program {pid}, queue slot {slot}, task {tid} ({t.kind} of {t.op}, lane {t.lane}) "
+            f"waited on event {ev} ({what}): counter {seen}, needed {need}")
 
     def generate(self, prompt_ids, max_new_tokens: int, temperature: float = 0.0, top_k: int | None = None,
                  top_p: float | None = None, seed: int | None = None, eos_token_id: int | None = None,
@@ -233,5 +239,8 @@ def fill_kv_from(ck: CompiledKernel, module: torch.nn.Module) -> None:
     for n in ck.ir.nodes:
         if n.op is Op.STATE:
             _, off, per_lane, lanes = ck.schedule.layout.slots[n.name]
-            src = buffers[n.attrs["name"]].detach().reshape(-1)
+            src = buffers[n.attrs["name"]].detach()
+            if lanes:       # one rank's lanes (kogc.ir.shard)
+                src = src[n.attrs.get("lane0", 0):n.attrs.get("lane0", 0) + lanes]
+            src = src.reshape(-1)
             ck.buffers.KV[off:off + per_lane * max(lanes, 1)].copy_(src.to(ck.buffers.KV.device, ck.buffers.KV.dtype))

@@ -36,11 +36,12 @@ class RankedKernel:
 
     def __init__(self, graph: Graph, schedules: list[Schedule], weights: dict[str, torch.Tensor], device: str,
                  interpret: bool, watchdog_spins: int | None = None, num_warps: int | None = None,
-                 max_registers: int | None = None):
+                 max_registers: int | None = None, profile: bool | str = False):
         self.ir, self.schedules, self.interpret = graph, schedules, interpret
         self.device = torch.device(device)
         self.kernels = [CompiledKernel(s.graph, s, weights, device, interpret, watchdog_spins=watchdog_spins,
-                                       num_warps=num_warps, max_registers=max_registers, cooperative=False)
+                                       num_warps=num_warps, max_registers=max_registers, cooperative=False,
+                                       profile=profile)
                         for s in schedules]
         link_peers(self.kernels)
         self.ranks = len(schedules)
