@@ -165,7 +165,7 @@ def run_check(model_file: str, preset: str | None, steps: int = 256, generate: i
     ck = kogc_compile(model, interpret=interpret, tile_config=tile_config, gpus=gpus, one_gpu=one_gpu)
     res["gpus"] = gpus
     if gpus > 1:
-        res["ranks_on"] = "one process, interpreter" if interpret else ("one GPU" if one_gpu else f"{gpus} GPUs")
+        res["ranks_on"] = ranks_on(gpus, interpret, one_gpu)
     res["compile_s"] = time.perf_counter() - t0
     vocab, max_pos = ck.vocab, ck.max_pos
     if steps > max_pos:
@@ -335,6 +335,17 @@ def _check_against_single(ck, single, steps: int, generate: int, prompt: list[in
             hangs += 1
     out.update(repeats=repeats, hangs=hangs)
     return out
+
+
+def ranks_on(gpus: int, interpret: bool = False, one_gpu: bool = False) -> str:
+    """Where G ranks ran, in words."""
+    if interpret:
+        return "one process, interpreter"
+    if one_gpu:
+        return "one process, one GPU"
+    if torch.cuda.device_count() < gpus:
+        return f"{gpus} processes sharing {torch.cuda.device_count()} GPU(s)"
+    return f"{gpus} processes, one GPU each"
 
 
 def format_check(res: dict) -> str:

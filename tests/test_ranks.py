@@ -158,3 +158,22 @@ def test_a_rank_that_stops_is_named_by_the_others_watchdog():
     k0.launch(1, 0)                  # every segment of rank 0 in one launch, alone
     with pytest.raises(KernelHangError, match=r"rank 0: wait timed out.*raised by ranks \[1\]"):
         k0.raise_if_stuck()
+
+
+@pytest.mark.gpu
+def test_tp_baseline_runs_in_a_one_rank_group(monkeypatch):
+    """The TP=G baseline's step (kogc.bench.tp) captured and replayed in a one-rank NCCL group: the
+    code `kogc bench --gpus G` runs on G GPUs."""
+    import torch.distributed as dist
+    from kogc.bench.tp import tp_graph_step
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", "29561")
+    dist.init_process_group("nccl", rank=0, world_size=1)
+    try:
+        run, nbytes = tp_graph_step(tiny().config, 16, "cuda")
+        for i in range(3):
+            run(i)
+        torch.cuda.synchronize()
+        assert nbytes > 0
+    finally:
+        dist.destroy_process_group()

@@ -62,8 +62,9 @@ def run_bench_ranks(model_file: str, preset: str | None, gpus: int, one_gpu: boo
         if name.endswith(("k_cache", "v_cache")):
             buf[:, :, :context].copy_(torch.randn(buf[:, :, :context].shape, generator=gen).to(buf.dtype))
     options = dict(kogc_options or {})
+    from ..check import ranks_on
     cfg = {"model_file": model_file, "preset": preset, "context": context, "steps": steps, "reps": reps, "gpus": gpus,
-           "ranks_on": "one GPU" if one_gpu else f"{gpus} GPUs", "device": torch.cuda.get_device_name(),
+           "ranks_on": ranks_on(gpus, one_gpu=one_gpu), "device": torch.cuda.get_device_name(),
            "date": time.strftime("%Y-%m-%d %H:%M"), "torch": torch.__version__}
     rows: list[Row] = []
     readings = [read_bandwidth()]
@@ -94,6 +95,10 @@ def run_bench_ranks(model_file: str, preset: str | None, gpus: int, one_gpu: boo
         _launcher(pk)(1, context + i)
     torch.cuda.synchronize()
     waits = remote_waits(_kernels(pk))
+    if dist.is_initialized():        # every process profiled its own rank: rank 0 reports them all
+        parts = [None] * dist.get_world_size()
+        dist.all_gather_object(parts, waits["per_rank"])
+        waits = {"per_rank": [w for p in parts for w in p]}
     ck = pk = None
     torch.cuda.empty_cache()
 
@@ -104,8 +109,7 @@ def run_bench_ranks(model_file: str, preset: str | None, gpus: int, one_gpu: boo
     single = None
     torch.cuda.empty_cache()
 
-    distributed = dist.is_initialized() and dist.get_backend() == "nccl"
-    if distributed:
+    if dist.is_initialized() and dist.get_backend() == "nccl":
         from .tp import tp_graph_step
         say(f"timing the TP={gpus} stack (NCCL all-reduce, one CUDA graph)")
         try:
@@ -114,7 +118,7 @@ def run_bench_ranks(model_file: str, preset: str | None, gpus: int, one_gpu: boo
         except Exception as e:       # reported, not fatal
             rows.append(Row(f"TP={gpus} NCCL + CUDA graph", [], error=f"{type(e).__name__}: {str(e)[:200]}"))
     else:
-        rows.append(Row(f"TP={gpus} NCCL + CUDA graph", [], error="needs one GPU per rank (not with --one-gpu)"))
+        rows.append(Row(f"TP={gpus} NCCL + CUDA graph", [], error="needs an NCCL group with one GPU per rank"))
     readings.append(read_bandwidth())
     bw = max(readings)
     res = {"config": cfg, "floor": {"bytes_per_token": floor_bytes, "read_bw_Bps": bw, "read_bw_readings_Bps": readings,
