@@ -37,7 +37,10 @@ def render(schedule: Schedule, kernel_name: str = KERNEL_NAME, interpret: bool =
         prefetch_asm=schedule.target.l2_prefetch_asm, line_elems=128 // ESIZE[schedule.dtype],
         # (a prefetch changes no value: left out under the interpreter, which has no inline assembly)
         step_prefetch_elems=0 if interpret else step_prefetch_elements(schedule), token_keys=T.TOKEN_KEYS,
-        npeer=schedule.ranks - 1, remote_bit=T.REMOTE_BIT)
+        npeer=schedule.ranks - 1, remote_bit=T.REMOTE_BIT,
+        release_fence_asm="" if interpret else schedule.target.release_fence_asm,
+        release_fence_sys_asm=schedule.target.release_fence_sys_asm,
+        volatile_loads=schedule.target.volatile_loads)
 
 
 def _pow2_divisor(values, cap: int = 16) -> int:

@@ -22,7 +22,8 @@ def bytes_model_seconds(task: Task, bytes_per_s_per_program: float) -> float:
 def place_parallel(tasks: list[Task], events: list[Event], num_programs: int,
                    bytes_per_s_per_program: float, lane_group_stagger: float = 0.0,
                    task_seconds: list[float] | None = None,
-                   wait_latency_s: float = 0.0, remote: dict[int, tuple[int, float]] | None = None
+                   wait_latency_s: float = 0.0, remote: dict[int, tuple[int, float]] | None = None,
+                   dies: int = 1, die_hop_s: float = 0.0, steal_wait_s: float = 2e-6
                    ) -> tuple[list[list[int]], float]:
     """Queues for `num_programs` programs, and the estimated makespan in seconds.
 
@@ -40,8 +41,15 @@ def place_parallel(tasks: list[Task], events: list[Event], num_programs: int,
     `wait_latency_s` is added between a producer's end and its consumer's readiness (publish to
     acquire). `remote` (one rank of several): an event its peers' tasks complete -> (the local event
     of the task that sends the same sum from here, the hop's seconds). Every rank runs the same
-    tasks, so the peers' sum is taken to arrive that long after this rank's own is sent."""
+    tasks, so the peers' sum is taken to arrive that long after this rank's own is sent.
+
+    `dies` > 1 (MI300X: 8 XCDs, program p on XCD p % dies, each with its own L2): a lane's tasks have
+    a home die (lane % dies) and a program takes the ready tasks of its own die (or of none: the LM
+    head, the final norm) first, another die's only when none of those is ready within `steal_wait_s`:
+    a lane's chain of producers and consumers stays in one L2 where the balance allows. A wait whose
+    producer ran on another die than the waiter's home costs `die_hop_s` more."""
     n = len(tasks)
+    home = [t.lane % dies if dies > 1 and t.lane >= 0 else -1 for t in tasks]
     stands_for: dict[int, list[tuple[int, float]]] = {}
     for r, (local, hop) in (remote or {}).items():
         stands_for.setdefault(local, []).append((r, hop))
@@ -60,23 +68,43 @@ def place_parallel(tasks: list[Task], events: list[Event], num_programs: int,
         op_rank.setdefault(t.op, len(op_rank))
     upper = (max((t.lane for t in tasks), default=0) + 1) // 2
     prio = [(op_rank[t.op] + (lane_group_stagger if t.lane >= upper > 0 else 0.0), t.id) for t in tasks]
-    later: list[tuple[float, int]] = [(0.0, t.id) for t in tasks if pending[t.id] == 0]   # by ready time
-    heapq.heapify(later)
-    now_ready: list[tuple[float, int]] = []                                              # by priority
+    # per die (a lane's home; the last: tasks of no die): tasks waiting to be ready, by ready time, and
+    # ready tasks, by priority
+    later: list[list[tuple[float, int]]] = [[] for _ in range(max(dies, 1) + 1)]
+    ready: list[list[tuple[float, int]]] = [[] for _ in range(max(dies, 1) + 1)]
+    for t in tasks:
+        if pending[t.id] == 0:
+            later[home[t.id]].append((0.0, t.id))
     free = [(0.0, p) for p in range(num_programs)]
     queues: list[list[int]] = [[] for _ in range(num_programs)]
     makespan, placed = 0.0, 0
+
+    def admit(until: float) -> None:
+        for h in later:
+            while h and h[0][0] <= until:
+                tid = heapq.heappop(h)[1]
+                heapq.heappush(ready[home[tid]], prio[tid])
+
+    def soonest(heaps) -> float:
+        return min((h[0][0] for h in heaps if h), default=float("inf"))
+
     while placed < n:
         f, p = heapq.heappop(free)
-        while later and later[0][0] <= f:
-            heapq.heappush(now_ready, prio[heapq.heappop(later)[1]])
-        if not now_ready:
-            if not later:
-                raise RuntimeError("placement stalled: a task waits on an event that never completes")
-            f = later[0][0]
-            while later and later[0][0] <= f:
-                heapq.heappush(now_ready, prio[heapq.heappop(later)[1]])
-        tid = heapq.heappop(now_ready)[1]
+        admit(f)
+        die = p % dies if dies > 1 else -1
+        own = (ready[die], ready[-1]) if die >= 0 else (ready[-1],)
+        if not any(own):
+            # nothing of this die ready: wait for its next task if that comes soon, else take another
+            # die's ready task, else wait for the soonest of any
+            t_own = soonest((later[die], later[-1]) if die >= 0 else (later[-1],))
+            if t_own - f <= steal_wait_s or not any(ready):
+                t_any = soonest(later)
+                if t_own == float("inf") and t_any == float("inf") and not any(ready):
+                    raise RuntimeError("placement stalled: a task waits on an event that never completes")
+                admit(t_own if t_own - f <= steal_wait_s else t_any)
+        mine = [h for h in own if h]
+        pool = min(mine or [h for h in ready if h], key=lambda h: h[0])
+        tid = heapq.heappop(pool)[1]
         t = tasks[tid]
         f = max(f, ready_at[tid])     # a task taken from the ready set may be ready later than this
                                       # program is free (when the set was filled by a program that
@@ -95,11 +123,27 @@ def place_parallel(tasks: list[Task], events: list[Event], num_programs: int,
         if left_in_event[g] == 0:
             for e, at in [(g, event_end[g])] + [(r, event_end[g] + hop) for r, hop in stands_for.get(g, [])]:
                 for w in waiters.get(e, []):
-                    ready_at[w] = max(ready_at[w], at + wait_latency_s)
+                    far = die_hop_s if die >= 0 and home[w] >= 0 and home[w] != die else 0.0
+                    ready_at[w] = max(ready_at[w], at + wait_latency_s + far)
                     pending[w] -= 1
                     if pending[w] == 0:
-                        heapq.heappush(later, (ready_at[w], w))
+                        heapq.heappush(later[home[w]], (ready_at[w], w))
     return queues, makespan
+
+
+def die_edge_share(tasks: list[Task], queues: list[list[int]], dies: int) -> float:
+    """The share of dependency edges (a task and each exact producer) whose two tasks run on programs of
+    the same die (program p on die p % dies): what stays in one L2 on a chiplet GPU."""
+    die = {}
+    for p, q in enumerate(queues):
+        for tid in q:
+            die[tid] = p % dies
+    same = total = 0
+    for t in tasks:
+        for d in t.deps:
+            total += 1
+            same += die[d] == die[t.id]
+    return same / total if total else 1.0
 
 
 def place_sequential(tasks: list[Task]) -> list[list[int]]:

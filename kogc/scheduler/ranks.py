@@ -85,7 +85,7 @@ def _rank_schedule(g: Graph, target: Target, placement: str, cfg: TileConfig, nu
         remote = {x.event: (tasks[x.send].group, REMOTE_HOP_S) for x in exchanges}
         queues, est = place_parallel(tasks, events, P, target.hbm_read_bw / P, cfg.lane_group_stagger,
                                      placement_seconds(tasks, cfg, target, P), cfg.place_latency_us * 1e-6,
-                                     remote=remote)
+                                     remote=remote, dies=target.dies, die_hop_s=target.cross_die_hop_us * 1e-6)
     else:
         raise ValueError(f"unknown placement {placement!r} (parallel | sequential)")
     timings["place"] = time.perf_counter() - t0

@@ -16,7 +16,7 @@ from .check import check_schedule, check_step_closure, prune_by_program_order
 from .config import TileConfig, validate
 from .deps import Event, derive, merge_events
 from .fuse import FusedOp, fuse
-from .place import bytes_model_seconds, place_parallel, place_sequential
+from .place import bytes_model_seconds, die_edge_share, place_parallel, place_sequential
 from .tasks import NARGS, REMOTE_BIT, Exchange, Task
 from .tile import ESIZE, Layout, tile
 
@@ -120,6 +120,9 @@ class Schedule:
             f"{min(wbytes) / 1e6:.2f}/{total / len(wbytes) / 1e6:.2f}/{max(wbytes) / 1e6:.2f} MB",
             "buffers: " + ", ".join(f"{a} {n}" for a, n in self.layout.sizes.items()) + " elements",
         ]
+        if self.placement == "parallel" and self.target.dies > 1:
+            lines.append(f"dependency edges within one die (of {self.target.dies}, program p on die p % "
+                         f"{self.target.dies}): {die_edge_share(self.tasks, self.queues, self.target.dies):.1%}")
         if self.placement == "parallel":
             floor = total / self.target.hbm_read_bw
             lines.append(f"cost model: {self.est_seconds * 1e3:.3f} ms per step "
@@ -194,7 +197,8 @@ def place_tasks(tasks: list[Task], events: list[Event], target: Target, cfg: Til
     """`place_parallel` with the config's cost model, lane group stagger and hop latency."""
     P = num_programs
     return place_parallel(tasks, events, P, target.hbm_read_bw / P, cfg.lane_group_stagger,
-                          placement_seconds(tasks, cfg, target, P), cfg.place_latency_us * 1e-6)
+                          placement_seconds(tasks, cfg, target, P), cfg.place_latency_us * 1e-6,
+                          dies=target.dies, die_hop_s=target.cross_die_hop_us * 1e-6)
 
 
 REFERENCE_ATTENTION_BYTES = 2 * 64 * 128 * 2     # a split of 64 positions, head_dim 128, 16-bit cache

@@ -21,8 +21,14 @@ class Target:
     l2_bytes: int                # per die / XCD on AMD
     last_level_cache_bytes: int  # L2 on NVIDIA, Infinity Cache on MI300X
     dies: int = 1                # XCDs on MI300X: block i runs on die i % dies
+    cross_die_hop_us: float = 0.0  # what a flag between programs on two dies costs over one within a die
     timer_asm: str = ""          # inline asm reading a ns clock into $0 (profiling); "" = not available
     l2_prefetch_asm: str = ""    # inline asm asking L2 for the line at address $1 ($0: a dummy); "" = none
+    release_fence_asm: str = ""  # inline asm every thread runs before the barrier that precedes a counter
+                                 # publish ($0: a dummy), where the compiler's own release sequence is not
+                                 # trusted alone; "" = none
+    release_fence_sys_asm: str = ""  # the same before a publish to another GPU
+    volatile_loads: bool = True  # volatile loads are sound in Triton for this target (not AMD in 3.6)
     max_registers: int | None = None   # ptxas cap per thread (None: the compiler's choice), so that
                                        # programs_per_unit programs fit one unit's register file
     registers_per_unit: int = 0  # 32-bit registers per SM / CU (0: not stated); target_for_device reads
