@@ -68,14 +68,29 @@ def device_target(target: Target, device: str | torch.device = "cuda", num_warps
     return target_for_device(launched, torch.cuda.get_device_properties(torch.device(device)))
 
 
-def compile(module: torch.nn.Module, target: str = "h200", device: str | None = None,
+def default_target() -> str:
+    """The target of the GPU at hand: mi300x on a ROCm build of PyTorch (torch.cuda is HIP there),
+    else h200 (also with no GPU: the interpreter)."""
+    return "mi300x" if getattr(torch.version, "hip", None) else "h200"
+
+
+def runs_here(tgt: Target) -> bool:
+    """Whether this machine's GPU runs kernels for `tgt`: a CUDA GPU for an NVIDIA target, a ROCm
+    (HIP) one for an AMD target."""
+    hip = bool(getattr(torch.version, "hip", None))
+    return torch.cuda.is_available() and (tgt.vendor == "amd") == hip
+
+
+def compile(module: torch.nn.Module, target: str | None = None, device: str | None = None,
             interpret: bool | None = None, tile_config: TileConfig | None = None,
             num_programs: int | None = None, profile: bool | str = False, num_warps: int | None = None,
             max_registers: int | None = None, gpus: int = 1, one_gpu: bool = False):
     """Compile a decode-step module into one persistent kernel.
 
-    On a machine with a CUDA GPU the kernel runs there (parallel placement, all programs resident),
-    and the target is fitted to that GPU (kogc.targets.target_for_device: its SM count and the programs
+    `target`: h200 | h100 | mi300x; None: the GPU at hand's kind (mi300x on a ROCm build of PyTorch,
+    else h200). On a machine with a GPU of the target's vendor the kernel runs there (parallel
+    placement, all programs resident; on ROCm untested: no AMD GPU here), and an NVIDIA target is fitted
+    to that GPU (kogc.targets.target_for_device: its SM count and the programs
     its register file holds; a GPU of another architecture than the target's is refused). Without one,
     or with interpret=True, the same generated kernel runs under Triton's interpreter on CPU with a
     sequential placement (one queue in topological order).
@@ -92,12 +107,13 @@ def compile(module: torch.nn.Module, target: str = "h200", device: str | None = 
     Under the interpreter all ranks run in this process; on a GPU with one_gpu=True, all ranks share
     this one GPU (each its share of the programs: for testing the protocol); started by torchrun with
     G processes, each process compiles and runs its own rank (kogc.runtime.distributed)."""
+    target = target or default_target()
     if gpus != 1:
         return _compile_ranked(module, target, device, interpret, tile_config, num_programs, profile, num_warps,
                                max_registers, gpus, one_gpu)
     tgt = get_target(target)
     if interpret is None:
-        interpret = not (torch.cuda.is_available() and tgt.vendor == "nvidia")
+        interpret = not runs_here(tgt)
     device = device or ("cpu" if interpret else "cuda")
     if not interpret and tgt.vendor == "nvidia" and torch.device(device).type == "cuda":
         tgt = device_target(tgt, device, num_warps, max_registers)
@@ -117,7 +133,7 @@ def _compile_ranked(module, target, device, interpret, tile_config, num_programs
     from .scheduler.ranks import build_rank_schedules
     tgt = get_target(target)
     if interpret is None:
-        interpret = not (torch.cuda.is_available() and tgt.vendor == "nvidia")
+        interpret = not runs_here(tgt)
     graph = to_ir(module)
     check_shardable(graph, gpus)
     if not interpret:

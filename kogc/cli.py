@@ -355,6 +355,15 @@ def write_outputs(out: str, graph, schedule, source: str, target, t0: float, tot
     summary = disassembly_summary(arts)
     with open(os.path.join(out, "report.txt"), "a") as f:
         f.write("machine code: " + ", ".join(f"{k} {v}" for k, v in summary.items()) + "\n")
+        if target.vendor == "amd":     # the synchronisation, checked in the ISA (kogc.codegen.amd_isa)
+            from .codegen.amd_isa import check
+            with open(arts["amdgcn"]) as a, open(arts["ttir"]) as t:
+                sync = check(a.read(), t.read(), source)
+            f.write(f"synchronisation (gfx942 ISA): {sync['publishes']} counter publishes, {sync['acquires']} "
+                    f"acquires, {len(sync['problems'])} problems\n" + "".join(f"  {p}\n" for p in sync["problems"]))
+            if sync["problems"]:
+                raise KogcError(f"the {target.arch} build's synchronisation is wrong: {sync['problems'][0]} (see "
+                                f"{os.path.join(out, 'report.txt')})")
     binary = arts.get("cubin") or arts.get("hsaco")
     _progress(5, total, f"done: {binary}", t0)
 

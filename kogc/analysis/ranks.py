@@ -15,8 +15,10 @@ from ..scheduler.ranks import _Combined, build_rank_schedules
 from ..scheduler.schedule import build_schedule, placement_seconds
 
 
-def replay_us(schedules, local_us: float, remote_us: float) -> float:
-    """One step of the ranks' schedules together (us): the end of the last task."""
+def replay_us(schedules, local_us: float, remote_us: float, dies: int = 1, die_hop_us: float = 0.0) -> float:
+    """One step of the ranks' schedules together (us): the end of the last task. With `dies` > 1, a
+    wait whose event's last producer ran on another die (program p on die p % dies) than the waiter
+    costs `die_hop_us` more."""
     view = _Combined(schedules)
     remote = {view.eoff[r] + x.event for r, s in enumerate(schedules) for x in s.exchanges}
     secs = []
@@ -24,17 +26,22 @@ def replay_us(schedules, local_us: float, remote_us: float) -> float:
         secs += placement_seconds(s.tasks, s.tile_config, s.target, len(s.queues))
     prog = {tid: p for p, q in enumerate(view.queues) for tid in q}
     done_at = [0.0] * len(view.events)
+    done_die = [0] * len(view.events)
+    P = max(len(s.queues) for s in schedules)
     free: dict[int, float] = {}
     end_max = 0.0
     for tid in run_order(view.tasks, view.events, view.queues, view.also):
         t = view.tasks[tid]
+        die = (prog[tid] % P) % dies if dies > 1 else 0
         start = max([free.get(prog[tid], 0.0)] +
-                    [done_at[g] + (remote_us if g in remote else local_us) for g, _ in t.waits])
+                    [done_at[g] + (remote_us if g in remote else local_us)
+                     + (die_hop_us if done_die[g] != die else 0.0) for g, _ in t.waits])
         end = start + secs[tid] * 1e6
         free[prog[tid]] = end
         end_max = max(end_max, end)
         for g in (t.group, *view.also.get(tid, ())):
-            done_at[g] = max(done_at[g], end)
+            if end >= done_at[g]:
+                done_at[g], done_die[g] = end, die
     return end_max
 
 
