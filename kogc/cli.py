@@ -205,6 +205,9 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--seed", type=int, help="for sampling (default: drawn at random and printed)")
     r.add_argument("--eos-id", type=int, help="stop after this token")
     r.add_argument("--interpret", action="store_true", help="no GPU: run under Triton's interpreter (slow)")
+    r.add_argument("--profile", metavar="FILE",
+                   help="record every task's start, end of waits and end (GPU timers) and write the generation's "
+                        "last step to FILE (.npz), for kogc inspect --profile and kogc analyze")
     _gpus_args(r)
     return p
 
@@ -602,6 +605,8 @@ def cmd_run(args) -> int:
         return _fail(f"--prompt-ids must be comma-separated integers, got {args.prompt_ids!r}")
     from .api import compile as kogc_compile
     from .frontend.model_file import build_model
+    if args.profile and (args.interpret or args.gpus != 1):
+        return _fail("--profile records GPU timers of one kernel: not with --interpret or --gpus")
     if args.gpus != 1 and _start_ranks(args) is not None:
         return 0
     t0 = time.perf_counter()
@@ -610,7 +615,7 @@ def cmd_run(args) -> int:
                         **overrides)
     print(f"[run] built {args.checkpoint or args.config} ({time.perf_counter() - t0:.1f}s); compiling", file=sys.stderr)
     ck = kogc_compile(model, interpret=args.interpret, tile_config=_tile_config(args.tile_config), gpus=args.gpus,
-                      one_gpu=args.one_gpu)
+                      one_gpu=args.one_gpu, profile=bool(args.profile))
     ck.check_generate(prompt, args.max_new_tokens, args.temperature, args.top_k, args.top_p, args.seed, args.eos_id)
     if not args.interpret:   # keep one-time work out of the timings: the kernel's first compile, the
         # step-closure proof (a walk over every task) and the pinned token buffer
@@ -632,6 +637,12 @@ def cmd_run(args) -> int:
     stop = " (stopped at EOS)" if args.eos_id in tokens else ""
     if not arrivals and tokens:     # a rank other than 0 (its tokens are rank 0's, which prints them)
         return 0
+    if args.profile:
+        from .analysis.stamps import save_stamps
+        path = save_stamps(ck, args.profile, model_file=args.model_file, preset=args.config,
+                           checkpoint=args.checkpoint, overrides=overrides)
+        print(f"[run] wrote the last step's task stamps to {path} (kogc inspect --profile, kogc analyze)",
+              file=sys.stderr)
     if args.interpret:   # the interpreter runs the launch to the end before any token is seen
         print(f"{len(tokens)} tokens{stop} in {end - start:.1f} s with the prefill: {len(tokens) / (end - start):.2f} "
               f"tok/s [CPU interpreter: tokens printed after the launch]{seed}")

@@ -8,6 +8,7 @@ import torch
 
 import kogc
 from conftest import tiny
+from kogc.api import INTERPRETER_TILES
 from kogc.errors import KogcError
 from kogc.frontend import to_ir
 from kogc.ir.executor import execute, new_state
@@ -19,6 +20,7 @@ from kogc.targets import get_target
 
 H200 = get_target("h200")
 L8 = dict(num_lanes=8, num_key_value_heads=8)        # 8 lanes: one KV head each
+ONE_SPLIT = dataclasses.replace(INTERPRETER_TILES, attn_splits=1)   # fewer tasks to interpret
 
 
 def _eager_steps(model, tokens):
@@ -34,7 +36,7 @@ def check_steps(gpus: int, overrides: dict, steps: int = 8) -> None:
     """`steps` steps from a fresh cache on fresh random weights: the ranks' logits shards and token,
     gathered, equal eager's and the IR reference's (fp32, 1e-5)."""
     model = tiny(seed=gpus, **L8, **overrides)
-    ck = kogc.compile(model, gpus=gpus)
+    ck = kogc.compile(model, gpus=gpus, tile_config=ONE_SPLIT)
     graph = to_ir(model)
     weights, state = weights_of(model, graph), new_state(graph)
     gen = torch.Generator().manual_seed(gpus)
@@ -152,7 +154,7 @@ def test_cli_predict_replays_the_ranks(tmp_path, capsys):
 def test_a_rank_that_stops_is_named_by_the_others_watchdog():
     """Rank 1 never runs: rank 0's first wait on it hits the watchdog, and the error names the rank."""
     from kogc.runtime.kernel import KernelHangError
-    ck = kogc.compile(tiny(num_hidden_layers=2), gpus=2)
+    ck = kogc.compile(tiny(num_hidden_layers=1), gpus=2)
     k0 = ck.kernels[0]
     k0.watchdog_spins = 50
     k0.launch(1, 0)                  # every segment of rank 0 in one launch, alone
