@@ -74,17 +74,21 @@ def test_xcd_placement_keeps_a_lanes_chain_on_its_die():
 
 def test_xcd_aware_schedule_equals_eager_task_by_task():
     """The MI300X placement's own queues and weight streams, run one task per launch under the
-    interpreter in an order the waits allow, give eager's logits and tokens."""
+    interpreter in an order the waits allow, give the IR reference's and eager's logits and tokens."""
+    from kogc.ir.executor import execute, new_state
     from kogc.runtime.emulate import step_task_by_task
     from kogc.runtime.kernel import CompiledKernel, weights_of
     model = tiny(seed=5, **L8, num_hidden_layers=2)
     g = to_ir(model)
     s = build_schedule(g, MI300X, "parallel", INTERPRETER_TILES, num_programs=16)
-    ck = CompiledKernel(g, s, weights_of(model, g), "cpu", True)
+    weights, state = weights_of(model, g), new_state(g)
+    ck = CompiledKernel(g, s, weights, "cpu", True)
     for pos, tok in enumerate([3, 7]):
         with torch.no_grad():
             el, et = model(torch.tensor(tok), torch.tensor(pos))
+        (rl, rt), _ = execute(g, weights, state, [tok, pos])
         logits, got = step_task_by_task(ck, tok, pos)
+        assert torch.allclose(logits, rl, atol=1e-5, rtol=1e-5) and got == int(rt)
         assert torch.allclose(logits, el, atol=1e-5, rtol=1e-5) and got == int(et)
 
 
