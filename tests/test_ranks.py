@@ -179,3 +179,15 @@ def test_tp_baseline_runs_in_a_one_rank_group(monkeypatch):
         assert nbytes > 0
     finally:
         dist.destroy_process_group()
+
+
+def test_kogc_inspect_reads_one_rank_alone():
+    """A rank's schedule.json replays by itself (kogc inspect): a wait on the peers' sum stands for a
+    wait on the rank's own send of it."""
+    from kogc.inspection.build import schedule_from_json
+    from kogc.scheduler.check import run_order
+    s = build_rank_schedules(to_ir(tiny()), 2, H200, num_programs=8)[1]
+    b = schedule_from_json(s.to_json(), "rank1/schedule.json")
+    assert len(run_order(b.tasks, b.events, b.queues)) == len(b.tasks)
+    sends = {b.tasks[x.send].group for x in s.exchanges}
+    assert any(g in sends for t in b.tasks for g, _ in t.waits)

@@ -143,6 +143,7 @@ def schedule_from_json(text: str, where: str) -> BuildSchedule:
         placed = sorted(t for q in queues for t in q)
         if placed != list(range(len(tasks))):
             raise ValueError("the queues do not hold every task once")
+        _stand_in_for_peers(d, tasks, events)
         return BuildSchedule(target, d["placement"], variants, tasks, events, queues)
     except KeyError as e:
         if e.args and isinstance(e.args[0], str) and e.args[0].startswith("unknown target"):
@@ -150,6 +151,16 @@ def schedule_from_json(text: str, where: str) -> BuildSchedule:
         raise KogcError(f"{where}: not a kogc schedule.json (no {e.args[0]!r})") from None
     except (ValueError, TypeError, IndexError, AttributeError) as e:
         raise KogcError(f"{where}: not a kogc schedule.json: {e}") from None
+
+
+def _stand_in_for_peers(d: dict, tasks: list[Task], events: list[Event]) -> None:
+    """One rank of several (kogc.scheduler.ranks) read alone: a wait on the sum its peers send becomes a
+    wait on this rank's own send of the same sum (every rank runs the same tasks, so the peers' sums are
+    taken to arrive when this rank's is sent), so that the analyses can replay the rank by itself."""
+    for x in d.get("exchanges", []):
+        sender = tasks[x["send"]].group
+        for t in tasks:
+            t.waits = [(sender, events[sender].need) if g == x["event"] else (g, n) for g, n in t.waits]
 
 
 _KV = re.compile(r"(\w+) (\{[^}]*\}|[^,]+)")
