@@ -9,7 +9,6 @@ import torch
 import kogc
 from conftest import tiny
 from kogc.api import INTERPRETER_TILES
-from kogc.errors import KogcError
 from kogc.frontend import to_ir
 from kogc.ir.executor import execute, new_state
 from kogc.ir.shard import ShardError, shard, vocab_shard

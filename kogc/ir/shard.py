@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 
 from ..errors import KogcError
-from .graph import Graph, Node, Op, ValueType
+from .graph import Graph, Node, Op
 from .verify import verify
 
 LANE_REDUCTIONS = (Op.LANE_SUM, Op.LANE_SUM_OTHERS, Op.LANE_MEAN)

@@ -11,6 +11,8 @@ Two ways to run them without G GPUs, for tests and for measuring the protocol:
 """
 from __future__ import annotations
 
+import os
+
 import torch
 
 from ..errors import KogcError
@@ -141,7 +143,6 @@ class RankedKernel:
         self.check_generate(prompt, max_new_tokens, temperature, None, None, seed, eos_token_id)
         for s in self.schedules:
             s.check_step_closure()
-        import os
         if seed is None:
             seed = int.from_bytes(os.urandom(4), "little") & 0x7FFFFFFF
         self.last_seed = seed
