@@ -4,7 +4,6 @@ import pytest
 
 import kogc
 from conftest import tiny
-from kogc.errors import KogcError
 from test_ranks import ONE_SPLIT, check_steps
 
 
@@ -15,12 +14,13 @@ def test_eight_ranks_equal_eager_and_ir_reference():
 
 
 def test_ranked_generation_gives_the_one_gpu_tokens():
-    """Temperature sampling over 2 ranks gives the one-GPU kernel's tokens (the noise is keyed by seed,
-    step and token id, whichever rank holds that id; greedy tokens: the step tests); top-k is refused."""
+    """Temperature sampling, plain and with top-k and top-p, over 2 ranks gives the one-GPU kernel's
+    tokens (the noise is keyed by seed, step and token id, whichever rank holds that id; the filters see
+    the whole logits every rank gathers; greedy tokens: the step tests)."""
     model = tiny(seed=3, vocab_size=250, num_hidden_layers=2)       # 125 ids per rank
     single, ranked = kogc.compile(model, tile_config=ONE_SPLIT), kogc.compile(model, gpus=2, tile_config=ONE_SPLIT)
     prompt = [5]
-    kw = dict(temperature=1.5, seed=1234)
-    assert ranked.generate(prompt, 2, **kw) == single.generate(prompt, 2, **kw)
-    with pytest.raises(KogcError, match="top_k / top_p"):
-        ranked.generate(prompt, 2, temperature=1.0, top_k=5)
+    for n, kw in ((2, dict(temperature=1.5, seed=1234)), (1, dict(temperature=1.0, seed=7, top_k=5, top_p=0.8))):
+        single.reset()
+        ranked.reset()
+        assert ranked.generate(prompt, n, **kw) == single.generate(prompt, n, **kw)

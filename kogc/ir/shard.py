@@ -88,5 +88,5 @@ def shard(graph: Graph, ranks: int, rank: int) -> Graph:
         if n.op is Op.ARGMAX:
             attrs.update(ranks=ranks, row0=row0)
         out.append(Node(n.name, n.op, n.inputs, t, attrs, n.source, n.scope))
-    meta = dict(graph.meta, ranks=ranks, rank=rank, lane0=lane0, local_lanes=local, vocab=vocab)
+    meta = dict(graph.meta, ranks=ranks, rank=rank, lane0=lane0, local_lanes=local, vocab=vocab, vocab_row0=row0)
     return verify(Graph(out, meta), f"shard (rank {rank} of {ranks})")

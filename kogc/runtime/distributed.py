@@ -126,9 +126,6 @@ class DistributedKernel:
 
     def check_generate(self, prompt, max_new_tokens, temperature, top_k, top_p, seed, eos) -> None:
         CompiledKernel.check_generate(self, prompt, max_new_tokens, temperature, top_k, top_p, seed, eos)
-        if top_k is not None or (top_p is not None and top_p < 1.0):
-            raise KogcError(f"top_k / top_p sampling with {self.ranks} GPUs is not supported yet (each rank holds a "
-                            f"shard of the logits): use greedy or temperature sampling")
 
     def generate(self, prompt_ids, max_new_tokens: int, temperature: float = 0.0, top_k=None, top_p=None,
                  seed: int | None = None, eos_token_id: int | None = None, on_token=None) -> list[int]:
@@ -141,8 +138,8 @@ class DistributedKernel:
             dist.broadcast_object_list(box, src=0)
             seed = box[0]
         k = self.kernel
-        k.vocab = self.vocab       # (the prompt and EOS are checked against the whole vocabulary)
-        return k.generate(prompt_ids, max_new_tokens, temperature=temperature, seed=seed,
+        k.vocab = self.vocab       # (the prompt, EOS and filters are over the whole vocabulary)
+        return k.generate(prompt_ids, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
                           eos_token_id=eos_token_id, on_token=on_token if self.rank == 0 else None)
 
     def reset(self) -> None:

@@ -48,6 +48,8 @@ class RankedKernel:
         link_peers(self.kernels)
         self.ranks = len(schedules)
         self.vocab = graph.by_name()[graph.output.inputs[0]].type.shape[0]
+        for k in self.kernels:      # (a rank's kernel holds a shard: the checks and filters are over all ids)
+            k.vocab = self.vocab
         self.max_pos = self.kernels[0].max_pos
         self.epoch = 0
         self.streams = None
@@ -135,12 +137,11 @@ class RankedKernel:
                  on_token=None) -> list[int]:
         """As CompiledKernel.generate: on a GPU the new tokens in ONE launch per rank, every rank in
         lockstep choosing the same token; under the interpreter one step at a time (the same tokens:
-        the noise is keyed by step). top-k / top-p need the whole logits on one rank: refused."""
-        if top_k is not None or (top_p is not None and top_p < 1.0):
-            raise KogcError(f"top_k / top_p sampling with {self.ranks} GPUs is not supported yet (each rank holds "
-                            f"a shard of the logits): use greedy or temperature sampling")
+        the noise is keyed by step). With top-k / top-p every rank gathers the whole logits (each
+        rank's keysend copies its shard to all) and filters them as one GPU does."""
         prompt = [int(t) for t in prompt_ids]
-        self.check_generate(prompt, max_new_tokens, temperature, None, None, seed, eos_token_id)
+        self.check_generate(prompt, max_new_tokens, temperature, top_k, top_p, seed, eos_token_id)
+        filters = dict(top_k=top_k or 0, top_p=1.0 if top_p is None else top_p)
         for s in self.schedules:
             s.check_step_closure()
         if seed is None:
@@ -152,7 +153,8 @@ class RankedKernel:
         if self.interpret:
             out, tok = [], prompt[-1]
             for i in range(max_new_tokens):
-                self._run_segments(tok, len(prompt) - 1 + i, step0=i, seed=seed, temperature=temperature, eos=eos)
+                self._run_segments(tok, len(prompt) - 1 + i, step0=i, seed=seed, temperature=temperature, eos=eos,
+                                   **filters)
                 tok = self._token()
                 out.append(tok)
                 if on_token is not None:
@@ -164,7 +166,7 @@ class RankedKernel:
             k.buffers.OUT[:4].zero_()
         epoch0 = self.epoch + 1
         self._launch_all(prompt[-1], len(prompt) - 1, nsteps=max_new_tokens, eos=eos, seed=seed,
-                         temperature=temperature)
+                         temperature=temperature, **filters)
         torch.cuda.synchronize(self.device)
         for k in self.kernels:
             k.raise_if_stuck()

@@ -69,11 +69,12 @@ def tile_rank(graph: Graph, ops: list[FusedOp], cfg: TileConfig) -> tuple[list[T
     def new(variant, op, lane, args, reads, writes, weight=None, cost=0):
         tasks.append(Task(len(tasks), variant, op.node, lane, op.layer, args, reads, writes, weight, cost))
 
-    def recv_slot(value, n, op):
-        """The receive buffer of `value` ([2][npeer][n] fp32), once, with the exchange it belongs to."""
+    def recv_slot(value, n, op, extra=0):
+        """The receive buffer of `value` ([2][npeer][n] fp32, then `extra` more), once, with the exchange it
+        belongs to."""
         name = f"{value}.recv"
         if name not in lay.slots:
-            lay.alloc(name, "f32", 2 * npeer * n, 0)
+            lay.alloc(name, "f32", 2 * npeer * n + extra, 0)
             exchanges.append(Exchange(value, name, n, -1))
         return name
 
@@ -167,20 +168,29 @@ def tile_rank(graph: Graph, ops: list[FusedOp], cfg: TileConfig) -> tuple[list[T
                 new(("argmax", blk), op, -1, args, [lay.region(p["logits"], -1, 0, logits)], [Region("out", 0, 1)],
                     cost=TOKEN_KEYS * 8)
             else:
-                # this rank's best key (of its vocabulary shard) to every peer, then the best of all
+                # this rank's best key (of its vocabulary shard) to every peer, then the best of all. A
+                # launch with top-k / top-p also copies the shard's logits (fp32) into every rank's whole
+                # logits, [2 step parities][V] after the keys in the receive buffer, for the filter
+                vocab = graph.meta.get("vocab", logits)
                 own = f"{op.node}.key"
                 lay.alloc(own, "f32", 2, 0)            # one int64 word
-                recv = recv_slot(own, 2, op)
+                recv = recv_slot(own, 2, op, extra=2 * vocab)
+                whole = lay.at(recv, -1) + 4 * npeer
                 kop = FusedOp("keysend", f"{op.node}.keysend", 0, {}, op.source, op.layer)
                 kargs = _args({A_X: lay.at(f"{p['logits']}.keys", -1), A_OUT: lay.at(own, -1),
-                               A_RECV: lay.at(recv, -1)})
-                new(("keysend",), kop, -1, kargs, [lay.region(p["logits"], -1, 0, logits)],
-                    [lay.region(own, -1, 0, 2)], cost=TOKEN_KEYS * 8 + 8 * npeer)
+                               A_RECV: lay.at(recv, -1), A_X2: lay.at(p["logits"], -1), A_H: logits,
+                               A_ROW0: graph.meta.get("vocab_row0", 0), A_TERM: whole, A_TERM_STRIDE: vocab})
+                new(("keysend", min(1024, next_pow2(logits))), kop, -1, kargs, [lay.region(p["logits"], -1, 0, logits)],
+                    [lay.region(own, -1, 0, 2), Region("f32", whole, whole + 2 * vocab)],
+                    cost=TOKEN_KEYS * 8 + 8 * npeer)
                 next(x for x in exchanges if x.recv == recv).send = tasks[-1].id
-                # (the ranked argmax reads one key of its own at A_KEYS and its peers' at A_X)
-                args[A_KEYS], args[A_X] = lay.at(own, -1), lay.at(recv, -1)
-                new(("argmax", blk, "ranked"), op, -1, args,
-                    [lay.region(own, -1, 0, 2), lay.region(recv, -1, 0, 4 * npeer)], [Region("out", 0, 1)],
+                # (the ranked argmax reads one key of its own at A_KEYS, its peers' at A_X, and with top-k /
+                # top-p the whole logits at A_TERM, A_H of them)
+                args[A_KEYS], args[A_X], args[A_H] = lay.at(own, -1), lay.at(recv, -1), vocab
+                args[A_TERM], args[A_TERM_STRIDE] = whole, vocab
+                _, roff, rsize, _ = lay.slots[recv]
+                new(("argmax", next_pow2(min(2048, vocab)) if vocab < 2048 else 2048, "ranked"), op, -1, args,
+                    [lay.region(own, -1, 0, 2), Region("f32", roff, roff + rsize)], [Region("out", 0, 1)],
                     cost=8 * (npeer + 1))
         else:
             raise SchedulerError(f"no tiling for fused op {op.kind}")
