@@ -40,6 +40,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _parser() -> argparse.ArgumentParser:
+    from .cli_ranks import gpus_args
     p = _Parser(prog="kogc", description="Compile a PyTorch decoder into one persistent GPU kernel.")
     sub = p.add_subparsers(dest="command", required=True)
     c = sub.add_parser("compile", help="compile a model file for a target",
@@ -78,7 +79,7 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--task-times", metavar="FILE",
                    help="with --profile: also write the profiled step's per-task stamps to FILE (.npz), the input "
                         "of kogc analyze")
-    _gpus_args(b)
+    gpus_args(b)
     b.add_argument("--scaling", action="store_true",
                    help="the scaling table instead: kogc alone for every preset of --config (comma-separated) x "
                         "every context of --context, each with its floor")
@@ -102,7 +103,7 @@ def _parser() -> argparse.ArgumentParser:
     k.add_argument("--json", help="also write the results to this file")
     k.add_argument("--interpret", action="store_true",
                    help="no GPU: run under Triton's interpreter (default preset tiny: a CPU smoke test)")
-    _gpus_args(k)
+    gpus_args(k)
     w = sub.add_parser("sweep", help="time several schedule settings x contexts in one run, each checked against eager",
                        description="Compile the model once per variant (TileConfig fields, and optionally "
                                    "num_programs, num_warps, max_registers, profile), time it at every context "
@@ -208,7 +209,7 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--profile", metavar="FILE",
                    help="record every task's start, end of waits and end (GPU timers) and write the generation's "
                         "last step to FILE (.npz), for kogc inspect --profile and kogc analyze")
-    _gpus_args(r)
+    gpus_args(r)
     return p
 
 
@@ -256,7 +257,8 @@ def cmd_compile(args) -> int:
     _progress(2, total, f"IR has {len(graph.nodes)} nodes; scheduling for {target.name}", t0)
     cfg = tile_config_for(model, target, _tile_config(args.tile_config))
     if args.gpus != 1:
-        return _compile_ranks(args, graph, target, cfg, t0, total)
+        from .cli_ranks import compile_ranks
+        return compile_ranks(args, graph, target, cfg, t0, total)
     try:
         # placed as kogc.compile places it (with the model's shipped task times, if any)
         schedule = build_schedule(graph, target, tile_config=cfg)
@@ -278,29 +280,6 @@ def cmd_compile(args) -> int:
     return 0
 
 
-def _compile_ranks(args, graph, target, cfg, t0: float, total: int) -> int:
-    """kogc compile --gpus G: every rank's schedule (each rank a whole GPU), proven sound together, and
-    with --out one kernel per rank in OUT/rank<r>."""
-    from .codegen.render import render
-    from .ir.shard import check_shardable
-    from .scheduler.ranks import build_rank_schedules
-    check_shardable(graph, args.gpus)
-    schedules = build_rank_schedules(graph, args.gpus, target, tile_config=cfg)
-    s0 = schedules[0]
-    _progress(3, total, f"{args.gpus} ranks, {len(s0.tasks)} tasks on {len(s0.queues)} programs each; generating code",
-              t0)
-    sources = [render(s) for s in schedules]
-    if args.emit == "tasks":
-        print(format_tasks(s0))
-    elif args.emit == "schedule":
-        print(s0.report())
-        print(format_queues(s0))
-    elif args.emit == "source":
-        print(sources[0], end="")
-    if args.out:
-        for s, src in zip(schedules, sources):
-            write_outputs(os.path.join(args.out, f"rank{s.rank}"), s.graph, s, src, target, t0, total)
-    return 0
 
 
 def write_variant_table(out: str, schedule, t0: float, total: int) -> None:
@@ -434,7 +413,8 @@ def cmd_bench(args) -> int:
     if len(contexts) > 1 or len(presets) > 1:
         return _fail("several presets or contexts are the scaling table: add --scaling")
     if args.gpus != 1:
-        return _bench_ranks(args, presets, contexts[0], overrides)
+        from .cli_ranks import bench_ranks
+        return bench_ranks(args, presets, contexts[0], overrides)
     if args.task_times and (not args.profile or args.interpret):
         return _fail("--task-times writes the stamps of a profiled step: it needs --profile (on a GPU)")
     from .bench import ALL_BASELINES, format_table, run_bench, write_json
@@ -456,56 +436,21 @@ def cmd_bench(args) -> int:
     return 0
 
 
-def _bench_ranks(args, presets, context: int, overrides: dict) -> int:
-    """kogc bench --gpus G: kogc on G ranks beside the one-GPU kernel and the TP=G stack (kogc.bench.ranks)."""
-    if args.interpret or args.profile or args.task_times:
-        return _fail("--gpus times the ranks on GPUs: --interpret, --profile and --task-times do not apply "
-                     "(the ranks' remote waits are profiled anyway)")
-    if _start_ranks(args) is not None:
-        return 0
-    from .bench import format_table, write_json
-    from .bench.ranks import format_remote_waits, run_bench_ranks
-    res = run_bench_ranks(args.model_file, presets[0] if not args.checkpoint else None, args.gpus, args.one_gpu,
-                          context=context, steps=args.steps, reps=args.reps, checkpoint=args.checkpoint,
-                          overrides=overrides, kogc_options={"tile_config": _tile_config(args.tile_config)},
-                          progress=lambda m: print(f"[bench] {m}", file=sys.stderr, flush=True))
-    print(format_table(res))
-    print(f"(floor: {res['floor']['per']})")
-    print(format_remote_waits(res))
-    if args.json:
-        write_json(res, args.json)
-        print(f"wrote {args.json}", file=sys.stderr)
-    return 0
 
 
-def _gpus_args(p) -> None:
-    p.add_argument("--gpus", type=int, default=1, metavar="G",
-                   help="delayed tensor parallelism: the model's lanes over G ranks, one kernel each (default 1)")
-    p.add_argument("--one-gpu", action="store_true",
-                   help="with --gpus G: run all G ranks on this one GPU, each with its share of the programs "
-                        "(tests the protocol; not faster)")
 
 
-def _start_ranks(args):
-    """--gpus G outside torchrun (and without --one-gpu or --interpret): check the model and the GPUs
-    here, then start G processes running this same command through torch.distributed's launcher and
-    return 0; None where this process runs the command itself (a rank, one GPU, the interpreter)."""
-    from .runtime import distributed
-    if distributed.launched():
-        if distributed.rank() != 0:      # one rank prints
-            sys.stdout = open(os.devnull, "w")
-        return None
-    if args.one_gpu or getattr(args, "interpret", False):
-        return None
-    from .frontend import to_ir
-    from .frontend.model_file import build_model
-    from .ir.shard import check_shardable
-    model = build_model(args.model_file, preset=None if args.checkpoint else args.config, checkpoint=args.checkpoint,
-                        device="meta" if not args.checkpoint else "cpu", seed=None,
-                        **({"num_lanes": args.lanes} if args.lanes else {}))
-    check_shardable(to_ir(model), args.gpus)
-    distributed.check_gpus(args.gpus)
-    return distributed.relaunch(args.gpus, args.argv)
+
+
+def _ranks_started(args) -> bool:
+    """--gpus G: whether G processes were started for this command (kogc.cli_ranks.start_ranks)."""
+    from .cli_ranks import start_ranks
+    return start_ranks(args) is not None
+
+
+def _cmd_predict(args) -> int:
+    from .cli_ranks import cmd_predict
+    return cmd_predict(args)
 
 
 def cmd_check(args) -> int:
@@ -514,7 +459,7 @@ def cmd_check(args) -> int:
     if refused is not None:
         return refused
     from .check import format_check, run_check
-    if args.gpus != 1 and _start_ranks(args) is not None:
+    if args.gpus != 1 and _ranks_started(args):
         return 0
     prompt = _ints(args.prompt_ids, "--prompt-ids")
     default = 2 if args.interpret else 256
@@ -559,34 +504,6 @@ def cmd_analyze(args) -> int:
     return 0
 
 
-def cmd_predict(args) -> int:
-    from .analysis.ranks import predict
-    from .api import tile_config_for
-    from .frontend import to_ir
-    from .frontend.model_file import build_model
-    from .targets import get_target
-    try:
-        target = get_target(args.target)
-    except KeyError as e:
-        return _fail(e.args[0])
-    gpus = _ints(args.gpus, "--gpus")
-    t0 = time.perf_counter()
-    model = build_model(args.model_file, preset=None if args.checkpoint else args.config, checkpoint=args.checkpoint,
-                        device="cpu" if args.checkpoint else "meta", seed=None,
-                        **({"num_lanes": args.lanes} if args.lanes else {}))
-    graph = to_ir(model)
-    cfg = tile_config_for(model, target, _tile_config(args.tile_config))
-    rows = predict(graph, target, cfg, gpus, args.local_us, args.remote_us, args.measured_ms,
-                   progress=lambda G: _progress(gpus.index(G) + 1, len(gpus), f"replaying {G} rank(s)", t0))
-    print(f"{args.checkpoint or args.config} on {target.name}: hop {args.local_us:g} us within a GPU, "
-          f"{args.remote_us:g} us across (a model)")
-    for r in rows:
-        extra = f" -> {r['predicted_ms']:.3f} ms, {r['predicted_tok_s']:.0f} tok/s" if "predicted_ms" in r else ""
-        print(f"  {r['gpus']} GPU(s): replayed step {r['replay_us']:.1f} us{extra}")
-    if args.json:
-        _write_json({"config": args.config, "target": target.name, "local_us": args.local_us,
-                     "remote_us": args.remote_us, "measured_one_gpu_ms": args.measured_ms, "rows": rows}, args.json)
-    return 0
 
 
 def cmd_inspect(args) -> int:
@@ -607,7 +524,7 @@ def cmd_run(args) -> int:
     from .frontend.model_file import build_model
     if args.profile and (args.interpret or args.gpus != 1):
         return _fail("--profile records GPU timers of one kernel: not with --interpret or --gpus")
-    if args.gpus != 1 and _start_ranks(args) is not None:
+    if args.gpus != 1 and _ranks_started(args):
         return 0
     t0 = time.perf_counter()
     overrides = {"num_lanes": args.lanes} if args.lanes else {}
@@ -662,7 +579,7 @@ def main(argv: list[str] | None = None) -> int:
     args.argv = list(sys.argv[1:] if argv is None else argv)     # (--gpus G starts G processes with these)
     try:
         return {"compile": cmd_compile, "bench": cmd_bench, "run": cmd_run, "check": cmd_check, "sweep": cmd_sweep,
-                "analyze": cmd_analyze, "inspect": cmd_inspect, "predict": cmd_predict}[args.command](args)
+                "analyze": cmd_analyze, "inspect": cmd_inspect, "predict": _cmd_predict}[args.command](args)
     except (KogcError, SchedulerError) as e:   # the scheduler's refusals (sizes, settings) are user errors too
         return _fail(str(e))
     except BrokenPipeError:  # `kogc compile ... | head`

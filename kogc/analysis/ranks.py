@@ -50,7 +50,7 @@ def predict(graph, target, cfg, gpus: list[int], local_us: float, remote_us: flo
     """Per G in `gpus`: the replayed step (us), and with `measured_one_gpu_ms` the calibrated
     prediction (ms per token, tok/s)."""
     one = build_schedule(graph, target, tile_config=cfg)
-    base = replay_us([_as_rank(one)], local_us, remote_us)
+    base = replay_us([one], local_us, remote_us)   # (one GPU: a schedule with no exchanges)
     factor = (measured_one_gpu_ms * 1e3 / base) if measured_one_gpu_ms else None
     rows = []
     for G in gpus:
@@ -64,8 +64,3 @@ def predict(graph, target, cfg, gpus: list[int], local_us: float, remote_us: flo
         rows.append(row)
     return rows
 
-
-def _as_rank(schedule):
-    """A one-GPU schedule in the form the combined replay reads (no exchanges)."""
-    schedule.first_remote = len(schedule.events)
-    return schedule

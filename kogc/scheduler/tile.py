@@ -69,25 +69,24 @@ def tile_rank(graph: Graph, ops: list[FusedOp], cfg: TileConfig) -> tuple[list[T
     def new(variant, op, lane, args, reads, writes, weight=None, cost=0):
         tasks.append(Task(len(tasks), variant, op.node, lane, op.layer, args, reads, writes, weight, cost))
 
-    def recv_slot(value, n, op, extra=0):
-        """The receive buffer of `value` ([2][npeer][n] fp32, then `extra` more), once, with the exchange it
-        belongs to."""
+    def recv_slot(value, n, op, extra=0) -> Exchange:
+        """The exchange of `value`, its receive buffer ([2][npeer][n] fp32, then `extra` more) made once."""
         name = f"{value}.recv"
         if name not in lay.slots:
             lay.alloc(name, "f32", 2 * npeer * n + extra, 0)
             exchanges.append(Exchange(value, name, n, -1))
-        return name
+        return next(x for x in exchanges if x.recv == name)
 
     def send(value, op):
         """The task that sums `value` over this rank's lanes and stores it into every peer's buffer."""
         t = by[value].type
         d = t.shape[0]
-        recv = recv_slot(value, d, op)
-        args = _args({A_X: lay.at(value, 0), A_TERM_STRIDE: lay.slots[value][2], A_RECV: lay.at(recv, -1)})
+        x = recv_slot(value, d, op)
+        args = _args({A_X: lay.at(value, 0), A_TERM_STRIDE: lay.slots[value][2], A_RECV: lay.at(x.recv, -1)})
         sop = FusedOp("send", f"{value}.send", 0, {}, op.source, op.layer)
         new(("send", d, t.lanes), sop, -1, args, [lay.region(value, l, 0, d) for l in range(t.lanes)], [],
             cost=d * es * t.lanes + 4 * d * npeer)
-        next(x for x in exchanges if x.recv == recv).send = tasks[-1].id
+        x.send = tasks[-1].id
 
     def val(name):  # allocate a stored activation
         t = by[name].type
@@ -128,7 +127,7 @@ def tile_rank(graph: Graph, ops: list[FusedOp], cfg: TileConfig) -> tuple[list[T
                     reads = [lay.region(p["h"], l, r0, r0 + blk)] + _term_reads(term, l, L, lay, r0, blk)
                     args = _term_args(args, term, l, lay, r0)
                     if term.value in sent and term.select != OWN:
-                        reads.append(_remote_term(args, term, by, lay, recv_slot(term.value, d, op), r0))
+                        reads.append(_remote_term(args, term, by, lay, recv_slot(term.value, d, op).recv, r0))
                     new(("residual", blk, L), op, l, args, reads, [lay.region(p["out"], l, r0, r0 + blk)],
                         cost=blk * es * (L + 2))
         elif op.kind == "final_norm":
@@ -148,11 +147,12 @@ def tile_rank(graph: Graph, ops: list[FusedOp], cfg: TileConfig) -> tuple[list[T
                 # mean over all lanes from it and the peers' sums
                 part = f"{p['out']}.partial"
                 lay.alloc(part, "f32", d, 0)
-                recv = recv_slot(p["out"], d, op)
+                x = recv_slot(p["out"], d, op)
+                recv = x.recv
                 args[A_OUT], args[A_RECV] = lay.at(part, -1), lay.at(recv, -1)
                 new(variant + ("send",), op, -1, args, reads, [lay.region(part, -1, 0, d)],
                     cost=d * es * L + 4 * d * (npeer + 1))
-                next(x for x in exchanges if x.recv == recv).send = tasks[-1].id
+                x.send = tasks[-1].id
                 cop = FusedOp("combine", f"{op.node}.combine", 0, {}, op.source, op.layer)
                 args = _args({A_X: lay.at(part, -1), A_RECV: lay.at(recv, -1), A_OUT: lay.at(p["out"], -1)})
                 new(("combine", d, by[p["h"]].type.lanes * (npeer + 1)), cop, -1, args,
@@ -174,7 +174,8 @@ def tile_rank(graph: Graph, ops: list[FusedOp], cfg: TileConfig) -> tuple[list[T
                 vocab = graph.meta.get("vocab", logits)
                 own = f"{op.node}.key"
                 lay.alloc(own, "f32", 2, 0)            # one int64 word
-                recv = recv_slot(own, 2, op, extra=2 * vocab)
+                x = recv_slot(own, 2, op, extra=2 * vocab)
+                recv = x.recv
                 whole = lay.at(recv, -1) + 4 * npeer
                 kop = FusedOp("keysend", f"{op.node}.keysend", 0, {}, op.source, op.layer)
                 kargs = _args({A_X: lay.at(f"{p['logits']}.keys", -1), A_OUT: lay.at(own, -1),
@@ -183,7 +184,7 @@ def tile_rank(graph: Graph, ops: list[FusedOp], cfg: TileConfig) -> tuple[list[T
                 new(("keysend", min(1024, next_pow2(logits))), kop, -1, kargs, [lay.region(p["logits"], -1, 0, logits)],
                     [lay.region(own, -1, 0, 2), Region("f32", whole, whole + 2 * vocab)],
                     cost=TOKEN_KEYS * 8 + 8 * npeer)
-                next(x for x in exchanges if x.recv == recv).send = tasks[-1].id
+                x.send = tasks[-1].id
                 # (the ranked argmax reads one key of its own at A_KEYS, its peers' at A_X, and with top-k /
                 # top-p the whole logits at A_TERM, A_H of them)
                 args[A_KEYS], args[A_X], args[A_H] = lay.at(own, -1), lay.at(recv, -1), vocab
@@ -264,7 +265,7 @@ def _tile_matvec(op, by, lay, val, new, cfg, es, lanes_of, sent=(), recv_slot=No
                     reads += _term_reads(term, l, L, lay, r0, rows)
                     a = _term_args(a, term, l, lay, r0)
                     if term.value in sent and term.select != OWN:
-                        reads.append(_remote_term(a, term, by, lay, recv_slot(term.value, N, op), r0))
+                        reads.append(_remote_term(a, term, by, lay, recv_slot(term.value, N, op).recv, r0))
             if epi == STORE_ARGMAX:
                 a[A_SLOT] = r0 // rows          # which of the TOKEN_KEYS keys it folds into: slot % TOKEN_KEYS
                 a[A_KEYS] = lay.at(f"{op.node}.keys", -1)

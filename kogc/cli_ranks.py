@@ -1,0 +1,112 @@
+"""The `kogc` command line's pieces for delayed tensor parallelism (several GPUs): `--gpus G` on compile,
+run, bench and check, and `kogc predict` (the ranks' speed model)."""
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+from .cli import _fail, _ints, _progress, _tile_config, _write_json, format_queues, format_tasks, write_outputs
+
+
+def compile_ranks(args, graph, target, cfg, t0: float, total: int) -> int:
+    """kogc compile --gpus G: every rank's schedule (each rank a whole GPU), proven sound together, and
+    with --out one kernel per rank in OUT/rank<r>."""
+    from .codegen.render import render
+    from .ir.shard import check_shardable
+    from .scheduler.ranks import build_rank_schedules
+    check_shardable(graph, args.gpus)
+    schedules = build_rank_schedules(graph, args.gpus, target, tile_config=cfg)
+    s0 = schedules[0]
+    _progress(3, total, f"{args.gpus} ranks, {len(s0.tasks)} tasks on {len(s0.queues)} programs each; generating code",
+              t0)
+    sources = [render(s) for s in schedules]
+    if args.emit == "tasks":
+        print(format_tasks(s0))
+    elif args.emit == "schedule":
+        print(s0.report())
+        print(format_queues(s0))
+    elif args.emit == "source":
+        print(sources[0], end="")
+    if args.out:
+        for s, src in zip(schedules, sources):
+            write_outputs(os.path.join(args.out, f"rank{s.rank}"), s.graph, s, src, target, t0, total)
+    return 0
+
+def bench_ranks(args, presets, context: int, overrides: dict) -> int:
+    """kogc bench --gpus G: kogc on G ranks beside the one-GPU kernel and the TP=G stack (kogc.bench.ranks)."""
+    if args.interpret or args.profile or args.task_times:
+        return _fail("--gpus times the ranks on GPUs: --interpret, --profile and --task-times do not apply "
+                     "(the ranks' remote waits are profiled anyway)")
+    if start_ranks(args) is not None:
+        return 0
+    from .bench import format_table, write_json
+    from .bench.ranks import format_remote_waits, run_bench_ranks
+    res = run_bench_ranks(args.model_file, presets[0] if not args.checkpoint else None, args.gpus, args.one_gpu,
+                          context=context, steps=args.steps, reps=args.reps, checkpoint=args.checkpoint,
+                          overrides=overrides, kogc_options={"tile_config": _tile_config(args.tile_config)},
+                          progress=lambda m: print(f"[bench] {m}", file=sys.stderr, flush=True))
+    print(format_table(res))
+    print(f"(floor: {res['floor']['per']})")
+    print(format_remote_waits(res))
+    if args.json:
+        write_json(res, args.json)
+        print(f"wrote {args.json}", file=sys.stderr)
+    return 0
+
+def gpus_args(p) -> None:
+    p.add_argument("--gpus", type=int, default=1, metavar="G",
+                   help="delayed tensor parallelism: the model's lanes over G ranks, one kernel each (default 1)")
+    p.add_argument("--one-gpu", action="store_true",
+                   help="with --gpus G: run all G ranks on this one GPU, each with its share of the programs "
+                        "(tests the protocol; not faster)")
+
+def start_ranks(args):
+    """--gpus G outside torchrun (and without --one-gpu or --interpret): check the model and the GPUs
+    here, then start G processes running this same command through torch.distributed's launcher and
+    return 0; None where this process runs the command itself (a rank, one GPU, the interpreter)."""
+    from .runtime import distributed
+    if distributed.launched():
+        if distributed.rank() != 0:      # one rank prints
+            sys.stdout = open(os.devnull, "w")
+        return None
+    if args.one_gpu or getattr(args, "interpret", False):
+        return None
+    from .frontend import to_ir
+    from .frontend.model_file import build_model
+    from .ir.shard import check_shardable
+    model = build_model(args.model_file, preset=None if args.checkpoint else args.config, checkpoint=args.checkpoint,
+                        device="meta" if not args.checkpoint else "cpu", seed=None,
+                        **({"num_lanes": args.lanes} if args.lanes else {}))
+    check_shardable(to_ir(model), args.gpus)
+    distributed.check_gpus(args.gpus)
+    return distributed.relaunch(args.gpus, args.argv)
+
+def cmd_predict(args) -> int:
+    from .analysis.ranks import predict
+    from .api import tile_config_for
+    from .frontend import to_ir
+    from .frontend.model_file import build_model
+    from .targets import get_target
+    try:
+        target = get_target(args.target)
+    except KeyError as e:
+        return _fail(e.args[0])
+    gpus = _ints(args.gpus, "--gpus")
+    t0 = time.perf_counter()
+    model = build_model(args.model_file, preset=None if args.checkpoint else args.config, checkpoint=args.checkpoint,
+                        device="cpu" if args.checkpoint else "meta", seed=None,
+                        **({"num_lanes": args.lanes} if args.lanes else {}))
+    graph = to_ir(model)
+    cfg = tile_config_for(model, target, _tile_config(args.tile_config))
+    rows = predict(graph, target, cfg, gpus, args.local_us, args.remote_us, args.measured_ms,
+                   progress=lambda G: _progress(gpus.index(G) + 1, len(gpus), f"replaying {G} rank(s)", t0))
+    print(f"{args.checkpoint or args.config} on {target.name}: hop {args.local_us:g} us within a GPU, "
+          f"{args.remote_us:g} us across (a model)")
+    for r in rows:
+        extra = f" -> {r['predicted_ms']:.3f} ms, {r['predicted_tok_s']:.0f} tok/s" if "predicted_ms" in r else ""
+        print(f"  {r['gpus']} GPU(s): replayed step {r['replay_us']:.1f} us{extra}")
+    if args.json:
+        _write_json({"config": args.config, "target": target.name, "local_us": args.local_us,
+                     "remote_us": args.remote_us, "measured_one_gpu_ms": args.measured_ms, "rows": rows}, args.json)
+    return 0
