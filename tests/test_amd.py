@@ -83,7 +83,7 @@ def test_xcd_aware_schedule_equals_eager_task_by_task():
     s = build_schedule(g, MI300X, "parallel", INTERPRETER_TILES, num_programs=16)
     weights, state = weights_of(model, g), new_state(g)
     ck = CompiledKernel(g, s, weights, "cpu", True)
-    for pos, tok in enumerate([3, 7]):
+    for pos, tok in enumerate([3]):
         with torch.no_grad():
             el, et = model(torch.tensor(tok), torch.tensor(pos))
         (rl, rt), _ = execute(g, weights, state, [tok, pos])
