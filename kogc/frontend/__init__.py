@@ -1,18 +1,54 @@
-"""Frontend: a PyTorch decode-step module -> the dataflow IR."""
+"""Frontend: a PyTorch decode-step module -> the dataflow IR.
+
+Two captures, one IR:
+- a model written for kogc (the Laneformer example: lane-batched einsum matvecs and kogc's helpers
+  `rope_interleaved`, `kv_cache_write`, `gqa_attention` kept whole by torch.fx.wrap) is traced with
+  torch.fx and lowered by kogc.frontend.lower;
+- any other decoder (a single-file Llama, a transformers model) is captured with torch.export and
+  lowered from ATen by kogc.frontend.aten, which recognises the usual idioms by pattern and probing.
+"""
 from __future__ import annotations
+
+import sys
 
 import torch
 
 from ..ir.graph import Graph
 from ..ir.passes import run_passes
-from .lower import lower
+from .hf import decode_step, is_transformers_model
+from .lower import COMPOSITES, lower
 from .trace import FrontendError, trace
 
 
+def written_for_kogc(module: torch.nn.Module) -> bool:
+    """Whether the model's code uses kogc's fx-wrapped helpers (then torch.fx traces it)."""
+    namespace = vars(sys.modules.get(type(module).__module__, object))
+    return any(name in namespace for name in COMPOSITES)
+
+
+def export_step(module: torch.nn.Module):
+    """torch.export of one decode step (one token at one position, static shapes)."""
+    device = next((p.device for p in module.parameters()), torch.device("cpu"))
+    example = (torch.tensor(0, device=device), torch.tensor(0, device=device))
+    name = type(module).__name__
+    try:
+        with torch.no_grad():
+            return torch.export.export(module, example, strict=False)
+    except Exception as e:  # noqa: BLE001 - any capture failure is the user's model: say where
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise FrontendError(f"cannot capture {name}.forward(token, pos) with torch.export: {msg}") from None
+
+
 def to_ir(module: torch.nn.Module, passes: bool = True) -> Graph:
-    """Trace `module` (one decode step: forward(token, pos)) and lower it to verified IR."""
-    graph = lower(trace(module))
+    """Capture `module` (one decode step: forward(token, pos) -> (logits, next token); a transformers
+    model is wrapped first: kogc.frontend.hf) and lower it to verified IR."""
+    module = decode_step(module)
+    if written_for_kogc(module):
+        graph = lower(trace(module))
+    else:
+        from .aten import AtenLowering
+        graph, _ = AtenLowering(export_step(module), type(module).__name__).run()
     return run_passes(graph) if passes else run_passes(graph, ())
 
 
-__all__ = ["to_ir", "trace", "lower", "FrontendError"]
+__all__ = ["to_ir", "trace", "lower", "FrontendError", "decode_step", "is_transformers_model", "export_step"]

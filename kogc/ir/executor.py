@@ -53,17 +53,24 @@ def _matvec(node, args, types):
     return x @ w.T
 
 
-def rope_angles(pos: int, head_dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos and sin of pos * theta^(-2j/hd), j < hd/2, computed in fp32 (the kernel uses the same table)."""
-    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
+def rope_angles(pos: int, attrs: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    """A ROPE node's cos and sin at `pos` for pairs j < hd/2, computed in fp32 (the kernel uses the same
+    table): of pos * inv_freq[j], where inv_freq is the attrs' own list (a model's computed or stored
+    table, e.g. with long-context scaling) or theta^(-2j/hd); times the attrs' scale (default 1)."""
+    hd = attrs["head_dim"]
+    if attrs.get("inv_freq") is not None:
+        inv_freq = torch.tensor(attrs["inv_freq"], dtype=torch.float32)
+    else:
+        inv_freq = 1.0 / (attrs["theta"] ** (torch.arange(0, hd, 2, dtype=torch.float32) / hd))
     ang = torch.tensor(float(pos), dtype=torch.float32) * inv_freq
-    return torch.cos(ang), torch.sin(ang)
+    scale = attrs.get("scale", 1.0)
+    return torch.cos(ang) * scale, torch.sin(ang) * scale
 
 
 def _rope(node, args, types):
     x, pos = args
     hd = node.attrs["head_dim"]
-    cos, sin = rope_angles(int(pos), hd, node.attrs["theta"])
+    cos, sin = rope_angles(int(pos), node.attrs)
     pairs = x.float().reshape(x.shape[:-1] + (x.shape[-1] // hd, hd // 2, 2))
     even, odd = pairs[..., 0], pairs[..., 1]
     rotated = torch.stack((even * cos - odd * sin, even * sin + odd * cos), dim=-1)

@@ -86,9 +86,8 @@ def allocate(schedule: Schedule, weights: dict[str, torch.Tensor], device, profi
             emb = weights[graph.by_name()[op.p["table"]].attrs["name"]].detach()
     max_pos = schedule.max_pos or 1
     if schedule.max_pos:
-        hd = next(op.p["head_dim"] for op in schedule.ops if op.kind == "attention")
-        theta = next(n.attrs["theta"] for n in graph.nodes if n.op is Op.ROPE)
-        cos, sin = zip(*(rope_angles(p, hd, theta) for p in range(max_pos)))
+        rope = next(n.attrs for n in graph.nodes if n.op is Op.ROPE)
+        cos, sin = zip(*(rope_angles(p, rope) for p in range(max_pos)))
         cos, sin = torch.stack(cos), torch.stack(sin)
     else:
         cos = sin = torch.zeros(1)

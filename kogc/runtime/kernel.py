@@ -227,10 +227,19 @@ class CompiledKernel:
 
 
 def weights_of(module: torch.nn.Module, graph: Graph) -> dict[str, torch.Tensor]:
-    params = dict(module.named_parameters())
-    params.update(dict(module.named_buffers()))
-    names = [n.attrs["name"] for n in graph.nodes if n.op is Op.PARAM]
-    return {k: params[k] for k in names}
+    """Every PARAM's tensor by its name; a PARAM that is a view of a parameter (attrs "source", "view":
+    a transposed, row-sliced or reordered weight from kogc.frontend.aten) derived from it."""
+    from ..frontend.aten import derive_step
+    params = dict(module.named_parameters(remove_duplicate=False))
+    params.update(dict(module.named_buffers(remove_duplicate=False)))
+    out = {}
+    for n in graph.nodes:
+        if n.op is Op.PARAM:
+            t = params[n.attrs.get("source", n.attrs["name"])]
+            for step in n.attrs.get("view", ()):
+                t = derive_step(t, step)
+            out[n.attrs["name"]] = t
+    return out
 
 
 def fill_kv_from(ck: CompiledKernel, module: torch.nn.Module) -> None:

@@ -103,7 +103,6 @@ def tile_rank(graph: Graph, ops: list[FusedOp], cfg: TileConfig) -> tuple[list[T
         p = op.p
         if op.kind == "embed":
             d = by[p["out"]].type.shape[0]
-            _pow2(d, "hidden size", op)
             val(p["out"])
             for l in lanes_of(op):
                 args = _args({A_OUT: lay.at(p["out"], l)})
@@ -117,8 +116,7 @@ def tile_rank(graph: Graph, ops: list[FusedOp], cfg: TileConfig) -> tuple[list[T
         elif op.kind == "residual":
             d = by[p["out"]].type.shape[0]
             val(p["out"])
-            blk = min(d, cfg.elem_block)
-            _pow2(blk, "residual block", op)
+            blk = _pow2_block(d, cfg.elem_block)
             (term,) = p["terms"] if len(p["terms"]) == 1 else _too_many(op)
             L = op.lanes
             for l in lanes_of(op):
@@ -133,7 +131,8 @@ def tile_rank(graph: Graph, ops: list[FusedOp], cfg: TileConfig) -> tuple[list[T
         elif op.kind == "final_norm":
             h, g = by[p["h"]], by[p["g"]]
             d, L = h.type.shape[0], h.type.lanes
-            _pow2(d, "hidden size", op)
+            if npeer:       # the exchange moves whole power-of-two vectors
+                _pow2(d, "hidden size (with several GPUs)", op)
             val(p["out"])
             args = _args({A_H: lay.at(p["h"], 0), A_TERM_STRIDE: d, A_X2: lay.at(p["g"], 0),
                           A_ROW0: d if g.type.lanes else 0, A_OUT: lay.at(p["out"], -1), A_EPS: f32_bits(p["eps"])})
@@ -213,8 +212,6 @@ def _tile_matvec(op, by, lay, val, new, cfg, es, lanes_of, sent=(), recv_slot=No
     p = op.p
     N, K = p["n"], p["k"]
     epi, pro = p["epilogue"], p["prologue"]
-    if pro in ("rmsnorm", ATTN_COMBINE):      # these prologues reduce over K whole (norm, heads)
-        _pow2(K, "matvec input size", op)
     rows = _rows(N, K, es, cfg.tile_bytes, p)
     if p["out"]:
         val(p["out"])
@@ -295,8 +292,8 @@ def _tile_attention(op, by, lay, val, new, cfg, es, lanes_of):
     kv, g, hd, S = p["kv_heads"], p["group"], p["head_dim"], p["max_pos"]
     nq = kv * g
     K = nq * hd
-    for what, x in (("query heads per KV head", g), ("head_dim", hd), ("query heads per lane", nq),
-                    ("attention splits", cfg.attn_splits)):
+    # (query heads per KV head and per lane need not be powers of two: they are masked rows)
+    for what, x in (("head_dim", hd), ("attention splits", cfg.attn_splits)):
         _pow2(x, what, op)
     impl, block = attention_impl(cfg, g, hd, es)
     ns = cfg.attn_splits
@@ -362,6 +359,14 @@ def _rows(N, K, es, tile_bytes, p) -> int:
         if N % rows or p["head_dim"] % rows:
             raise SchedulerError(f"cannot tile {N} rows with head_dim {p['head_dim']}")
     return rows
+
+
+def _pow2_block(d: int, cap: int) -> int:
+    """The largest power of two <= cap that divides d: blocks of a vector whose width need not be one."""
+    blk = 1
+    while blk * 2 <= cap and d % (blk * 2) == 0:
+        blk *= 2
+    return blk
 
 
 def next_pow2(x: int) -> int:

@@ -1,0 +1,63 @@
+"""A `transformers` causal LM as a kogc decode step: forward(token, pos) -> (logits, next token).
+
+The model runs as transformers runs it, with its own `StaticCache` (the KV cache as fixed tensors
+written in place at the position), so torch.export sees the library's code unchanged. The cache's
+tensors are registered as buffers of the step module: kogc finds them as the model's state.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ..errors import ModelFileError
+
+DEFAULT_MAX_LEN = 4096
+
+
+def is_transformers_model(module: nn.Module) -> bool:
+    return any(c.__name__ == "PreTrainedModel" for c in type(module).__mro__)
+
+
+class DecodeStep(nn.Module):
+    """One decode step of a transformers causal LM over a static KV cache of `max_len` positions."""
+
+    def __init__(self, model: nn.Module, max_len: int | None = None):
+        super().__init__()
+        from transformers import StaticCache
+        config = model.config.get_text_config()
+        limit = getattr(config, "max_position_embeddings", None) or DEFAULT_MAX_LEN
+        self.max_len = min(max_len or DEFAULT_MAX_LEN, limit)
+        self.model = model
+        if getattr(config, "sliding_window", None) and getattr(config, "use_sliding_window", True) and \
+                config.sliding_window < self.max_len:
+            raise ModelFileError(f"{type(model).__name__}: sliding-window attention ({config.sliding_window} "
+                                 f"positions) is not supported; pass max_len <= {config.sliding_window}")
+        param = next(model.parameters())
+        self.cache = StaticCache(config=config, max_cache_len=self.max_len)
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        kv_heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+        self.cache.early_initialization(1, kv_heads, head_dim, param.dtype, param.device)
+        for i, layer in enumerate(self.cache.layers):
+            self.register_buffer(f"k_cache_{i}", layer.keys, persistent=False)
+            self.register_buffer(f"v_cache_{i}", layer.values, persistent=False)
+            self.register_buffer(f"cache_length_{i}", layer.cumulative_length, persistent=False)
+
+    def forward(self, token: torch.Tensor, pos: torch.Tensor):
+        for layer in self.cache.layers:          # the cache writes at its own counter: set it to pos
+            layer.cumulative_length.copy_(pos)
+        out = self.model(input_ids=token.reshape(1, 1), position_ids=pos.reshape(1, 1),
+                         cache_position=pos.reshape(1), past_key_values=self.cache, use_cache=True)
+        logits = out.logits.reshape(-1)
+        return logits, torch.argmax(logits)
+
+    def reset_cache(self) -> None:
+        for layer in self.cache.layers:
+            layer.keys.zero_()
+            layer.values.zero_()
+
+
+def decode_step(model: nn.Module, max_len: int | None = None) -> nn.Module:
+    """`model` as a kogc decode step: a transformers model wrapped (DecodeStep), anything else as is."""
+    if is_transformers_model(model):
+        return DecodeStep(model.eval(), max_len)
+    return model

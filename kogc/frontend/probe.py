@@ -1,0 +1,164 @@
+"""What a model computes from the position alone, found by running it, not by reading its code.
+
+A decode step's RoPE tables, causal masks and cache indices depend only on `pos` and constants;
+models write them in many ways (a stored complex table indexed by position, cos/sin computed from
+`inv_freq`, a boolean or additive mask, ...). kogc evaluates such sub-graphs at chosen positions and
+checks the result against the one meaning it supports; anything else is refused with the op's line.
+
+`PosGraph` evaluates fx nodes that depend only on `pos` and constant tensors; `probe_rope` finds the
+rotation a sub-graph applies to a vector (pairing, frequencies, amplitude) and checks it everywhere.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.fx as fx
+
+
+class PosGraph:
+    """Evaluates nodes whose values depend only on the position and constants, at any position.
+    `consts` maps placeholder nodes to tensors; `pos_node` is the position input."""
+
+    def __init__(self, consts: dict, pos_node: fx.Node):
+        self.consts, self.pos_node = consts, pos_node
+        self.memo: dict[tuple[int, fx.Node], object] = {}
+
+    def value(self, node, pos: int, subst: dict | None = None, wide: bool = False):
+        """node's value at `pos`; `subst` replaces some nodes' values (a probe's input vector). wide:
+        casts to 16-bit floats keep fp32 (a probe compares with fp32 arithmetic, not the model's rounding)."""
+        if isinstance(node, (list, tuple)):
+            return type(node)(self.value(a, pos, subst, wide) for a in node)
+        if not isinstance(node, fx.Node):
+            return node
+        if subst is not None and node in subst:
+            return subst[node]
+        key = (pos, node)
+        if subst is None and key in self.memo:
+            return self.memo[key]
+        if node is self.pos_node:
+            v = torch.tensor(pos, dtype=torch.int64)
+        elif node in self.consts:
+            v = self.consts[node]
+        elif node.op == "call_function":
+            args = [self.value(a, pos, subst, wide) for a in node.args]
+            kwargs = {k: self.value(a, pos, subst, wide) for k, a in node.kwargs.items()}
+            name = getattr(node.target, "__name__", str(node.target))
+            if name.split(".")[0].endswith("_") and args and isinstance(args[0], torch.Tensor):
+                args[0] = args[0].clone()           # in place on a private copy: the graph's constants stay
+            v = node.target(*args, **kwargs)
+            if wide and isinstance(v, torch.Tensor) and v.dtype in (torch.float16, torch.bfloat16):
+                v = _widened(node, args, kwargs, v)
+        else:
+            raise ValueError(f"cannot evaluate {node.op} {node.name}")
+        if subst is None:
+            self.memo[key] = v
+        return v
+
+
+def _widened(node, args, kwargs, v):
+    """A 16-bit result computed again in fp32: a cast keeps its fp32 input, other ops get fp32 inputs."""
+    if "to" in str(node.target) or "type_as" in str(node.target):
+        src = args[0]
+        return src.float() if src.is_floating_point() and src.dtype not in (torch.float16, torch.bfloat16) else v.float()
+    wide = [a.float() if isinstance(a, torch.Tensor) and a.dtype in (torch.float16, torch.bfloat16) else a for a in args]
+    return node.target(*wide, **kwargs).float()
+
+
+def probe_positions(max_pos: int) -> list[int]:
+    """Positions a position-dependent sub-graph is checked at: the first ones, a middle one, the last."""
+    return sorted({p for p in (0, 1, 2, 3, 17, max_pos // 2, max_pos - 1) if 0 <= p < max_pos})
+
+
+@dataclass
+class Rope:
+    """y = rotation of x by pos * inv_freq[j] per pair, times `scale`; `pairing` "interleaved" (pairs
+    (2j, 2j+1)) or "half" (pairs (j, j + hd/2), the rotate-half form)."""
+    head_dim: int
+    pairing: str
+    inv_freq: list[float]
+    scale: float
+
+
+def _pairs(hd: int, pairing: str):
+    j = torch.arange(hd // 2)
+    return (2 * j, 2 * j + 1) if pairing == "interleaved" else (j, j + hd // 2)
+
+
+def rope_apply(x: torch.Tensor, r: Rope, pos: int) -> torch.Tensor:
+    """The hypothesis: x [n] (heads of head_dim) rotated as `r` says, in float64."""
+    x = x.double().reshape(-1, r.head_dim)
+    a, b = _pairs(r.head_dim, r.pairing)
+    ang = pos * torch.tensor(r.inv_freq, dtype=torch.float64)
+    c, s = torch.cos(ang) * r.scale, torch.sin(ang) * r.scale
+    y = torch.empty_like(x)
+    y[:, a] = x[:, a] * c - x[:, b] * s
+    y[:, b] = x[:, a] * s + x[:, b] * c
+    return y.reshape(-1)
+
+
+def probe_rope(f, n: int, head_dim: int, max_pos: int) -> Rope | None:
+    """The rotation f(x [n], pos) -> [n] applies, if it is RoPE of some pairing, frequencies and
+    amplitude for every head at every probed position (within fp32 rounding); else None."""
+    hd = head_dim
+    if hd % 2 or n % hd:
+        return None
+    # one column of each head's block per evaluation: unit vector i in every head at once
+    block = torch.zeros(hd, hd, dtype=torch.float64)
+    for i in range(hd):
+        x = torch.zeros(n)
+        x[i::hd] = 1.0
+        block[:, i] = f(x, 1).double().reshape(-1, hd)[0]
+    far = max(max_pos - 1, 1)
+    for pairing in ("interleaved", "half"):
+        a, b = _pairs(hd, pairing)
+        c1, s1 = block[a, a], block[b, a]
+        scale = float(torch.sqrt(c1 ** 2 + s1 ** 2).mean())
+        if scale <= 0:
+            continue
+        coarse = torch.atan2(s1, c1)            # the angle at pos 1: the frequency, up to 2 pi
+        # refined at the farthest position (rounding of the angle at pos 1 grows with pos otherwise)
+        cols = []
+        for j in range(hd // 2):
+            x = torch.zeros(n)
+            x[int(a[j])::hd] = 1.0
+            cols.append(f(x, far).double().reshape(-1, hd)[0])
+        cf = torch.stack([cols[j][a[j]] for j in range(hd // 2)])
+        sf = torch.stack([cols[j][b[j]] for j in range(hd // 2)])
+        ang_far = torch.atan2(sf, cf)
+        turns = torch.round((coarse * far - ang_far) / (2 * math.pi))
+        freq = (ang_far + 2 * math.pi * turns) / far
+        r = Rope(hd, pairing, [float(v) for v in freq], scale)
+        if _holds(f, r, n, max_pos):
+            return r
+    return None
+
+
+def _holds(f, r: Rope, n: int, max_pos: int) -> bool:
+    gen = torch.Generator().manual_seed(0)
+    for pos in probe_positions(max_pos):
+        x = torch.randn(n, generator=gen)
+        want = rope_apply(x, r, pos)
+        got = f(x, pos).double().reshape(-1)
+        if not torch.allclose(got, want, rtol=1e-4, atol=1e-4 * float(want.abs().max())):
+            return False
+    return True
+
+
+def causal_allowed(mask: torch.Tensor, additive: bool) -> torch.Tensor:
+    """Which positions a mask lets through: True entries of a boolean mask, zeros of an additive one.
+    An additive mask's other entries must be large and negative (-inf or the dtype's minimum)."""
+    if not additive:
+        return mask.bool()
+    m = mask.float()
+    if not bool(((m == 0) | (m <= -1e4)).all()):
+        raise ValueError("an additive attention mask with entries other than 0 and a large negative value")
+    return m == 0
+
+
+def is_causal_at(allowed: torch.Tensor, pos: int) -> bool:
+    """Whether every row of `allowed` (broadcast over heads, last axis the cache) is 0..pos."""
+    S = allowed.shape[-1]
+    want = torch.arange(S) <= pos
+    return bool((allowed.reshape(-1, S) == want).all())
