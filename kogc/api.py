@@ -6,7 +6,7 @@ import dataclasses
 import torch
 
 from .errors import KogcError
-from .frontend import to_ir
+from .frontend import decode_step, to_ir
 from .runtime.kernel import CompiledKernel, weights_of
 from .scheduler import TileConfig, build_schedule
 from .targets import ALIASES, Target, get_target, target_for_device
@@ -84,7 +84,7 @@ def runs_here(tgt: Target) -> bool:
 def compile(module: torch.nn.Module, target: str | None = None, device: str | None = None,
             interpret: bool | None = None, tile_config: TileConfig | None = None,
             num_programs: int | None = None, profile: bool | str = False, num_warps: int | None = None,
-            max_registers: int | None = None, gpus: int = 1, one_gpu: bool = False):
+            max_registers: int | None = None, gpus: int = 1, one_gpu: bool = False, max_len: int | None = None):
     """Compile a decode-step module into one persistent kernel.
 
     `target`: h200 | h100 | mi300x; None: the GPU at hand's kind (mi300x on a ROCm build of PyTorch,
@@ -106,8 +106,12 @@ def compile(module: torch.nn.Module, target: str | None = None, device: str | No
     lanes), each rank one persistent kernel; returns a RankedKernel with the same step/generate.
     Under the interpreter all ranks run in this process; on a GPU with one_gpu=True, all ranks share
     this one GPU (each its share of the programs: for testing the protocol); started by torchrun with
-    G processes, each process compiles and runs its own rank (kogc.runtime.distributed)."""
+    G processes, each process compiles and runs its own rank (kogc.runtime.distributed).
+
+    A `transformers` causal LM is compiled as its decode step over a static KV cache of `max_len`
+    positions (default min(4096, the model's max_position_embeddings)): kogc.frontend.hf."""
     target = target or default_target()
+    module = decode_step(module, max_len)
     if gpus != 1:
         return _compile_ranked(module, target, device, interpret, tile_config, num_programs, profile, num_warps,
                                max_registers, gpus, one_gpu)

@@ -17,7 +17,7 @@ from ..ir.graph import Graph
 from ..ir.passes import run_passes
 from .hf import decode_step, is_transformers_model
 from .lower import COMPOSITES, lower
-from .trace import FrontendError, trace
+from .trace import FrontendError, _user_frame_of_exception, trace
 
 
 def written_for_kogc(module: torch.nn.Module) -> bool:
@@ -35,8 +35,13 @@ def export_step(module: torch.nn.Module):
         with torch.no_grad():
             return torch.export.export(module, example, strict=False)
     except Exception as e:  # noqa: BLE001 - any capture failure is the user's model: say where
-        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise FrontendError(f"cannot capture {name}.forward(token, pos) with torch.export: {msg}") from None
+        where = _user_frame_of_exception(e) or "<unknown source>"
+        text = str(e).strip()
+        if "data-dependent" in text or "data dependent" in text:
+            raise FrontendError(f"cannot capture {name}.forward: a branch or size depends on a tensor's value "
+                                f"(data-dependent control flow is not supported in a decode step) at {where}") from None
+        msg = text.splitlines()[0] if text else type(e).__name__
+        raise FrontendError(f"cannot capture {name}.forward(token, pos) with torch.export: {msg} at {where}") from None
 
 
 def to_ir(module: torch.nn.Module, passes: bool = True) -> Graph:

@@ -159,6 +159,7 @@ class AtenLowering:
         self.pos_node = self.token_ir = self.pos_ir = None
         self.replicated: dict[str, str] = {}
         self.ropes: dict[fx.Node, str] = {}
+        self.half_rotated: set[str] = set()     # ROPE values whose head dims are in interleaved order
         self.aliases: dict[str, list[fx.Node]] = {}     # IR value -> the fx nodes that are views of it
         self.max_pos = 0
 
@@ -255,7 +256,7 @@ class AtenLowering:
             self.token_ir = ir
         if index == 1:
             self.pos_ir, self.pos_node = ir, n
-            self.posgraph = PosGraph(self.consts, n)
+            self.posgraph = PosGraph(self.consts, n, lambda x: isinstance(self.env.get(x), (Const, PosFn)))
             return PosFn(n)
         return Tok()
 
@@ -338,13 +339,14 @@ class AtenLowering:
                 return self.fail(f"{_op_name(n)} of a split output")
             if keeps_order(n):
                 return Vec(self.vec(n.args[0]))
-            if t is aten.slice.Tensor and self.row_slice_ok(n.args[0], n):
-                dim, start, end = (list(n.args[1:]) + [None, None, None])[:3]
-                size = _meta(n.args[0]).shape[dim]
-                start, end = start or 0, min(end if end is not None else size, size)
+            if t is aten.slice.Tensor:
+                inner = self.row_block(n.args[0], n.args[1] if len(n.args) > 1 else 0)
                 step = n.args[4] if len(n.args) > 4 else 1
-                if step == 1:
-                    return Vec(self.matvec_rows(self.vec(n.args[0]), start, end))
+                if inner and step == 1:
+                    size = _meta(n.args[0]).shape[n.args[1]]
+                    start, end = (list(n.args[2:4]) + [None, None])[:2]
+                    start, end = start or 0, min(end if end is not None else size, size)
+                    return Vec(self.matvec_rows(self.vec(n.args[0]), start * inner, end * inner))
             return self.region(n)
         if t in (aten.linear.default, aten.mm.default, aten.matmul.default):
             return self.linear(n)
@@ -383,14 +385,16 @@ class AtenLowering:
             self.fail(f"{_op_name(n)}: the weight {wc.name} is not [out, in] as used")
         return Vec(out)
 
-    def row_slice_ok(self, src: fx.Node, n: fx.Node) -> bool:
-        """Is `n` a slice of a matvec's output rows (a fused QKV or gate/up matrix split)?"""
-        v = self.env.get(src)
-        m = _meta(src)
-        if not isinstance(v, Vec) or m is None or len(_squeezed(m.shape)) != 1:
-            return False
-        dim = n.args[1] % m.dim() if len(n.args) > 1 else 0
-        return m.shape[dim] != 1 and self.by_name(v.ir).op is Op.MATVEC
+    def row_block(self, src: fx.Node, dim: int) -> int:
+        """Rows of the matvec behind `src` per index of axis `dim`, when a slice or split there takes
+        contiguous rows (a fused QKV or gate/up matrix split, by rows or by heads); else 0."""
+        v, m = self.env.get(src), _meta(src)
+        if not isinstance(v, Vec) or m is None or self.by_name(v.ir).op is not Op.MATVEC:
+            return 0
+        dim %= m.dim()
+        if math.prod(m.shape[:dim]) != 1 or m.shape[dim] == 1:
+            return 0
+        return math.prod(m.shape[dim + 1:])
 
     def matvec_rows(self, ir: str, start: int, end: int) -> str:
         mv = self.by_name(ir)
@@ -409,11 +413,12 @@ class AtenLowering:
         return state[target] if target in state else self.ep.constants[target]
 
     def split(self, n: fx.Node):
-        v = self.vec(n.args[0])
-        m = _meta(n.args[0])
-        if len(_squeezed(m.shape)) != 1 or self.by_name(v).op is not Op.MATVEC:
+        dim = n.args[2] if len(n.args) > 2 else n.kwargs.get("dim", 0)
+        inner = self.row_block(n.args[0], dim)
+        if not inner:
             return self.region(n)
-        size = max(m.shape)
+        v = self.vec(n.args[0])
+        size = _meta(n.args[0]).shape[dim]
         if n.target is aten.split_with_sizes.default:
             sizes = list(n.args[1])
         elif n.target is aten.split.Tensor:
@@ -422,7 +427,7 @@ class AtenLowering:
             sizes = [math.ceil(size / n.args[1])] * n.args[1]
         bounds, at = [], 0
         for s in sizes:
-            bounds.append((at, min(at + s, size)))
+            bounds.append((at * inner, min(at + s, size) * inner))
             at += s
         return Split(v, bounds)
 
@@ -587,6 +592,8 @@ class AtenLowering:
         ir = self.emit(Op.ROPE, [src, self.pos_ir], self.rope_attrs(rope), hint="rope")
         self.where = where
         self.ropes[r.node] = ir
+        if rope.pairing == "half":
+            self.half_rotated.add(ir)
         return ir
 
     def rope_attrs(self, rope) -> dict:
@@ -651,7 +658,10 @@ class AtenLowering:
             self.fail(f"the value written into {c.name} has shape {list(vm.shape)}, not [kv_heads={kv}, head_dim={hd}]")
         dtype = DTYPE_NAMES[c.tensor.dtype]
         saved, self.scope = self.scope, c.name.rsplit(".", 1)[0]
-        state = self.emit(Op.STATE, [], {"name": c.name}, ValueType((kv, S, hd), dtype, 1), hint=_short(c.name))
+        attrs = {"name": c.name}
+        if x in self.half_rotated:   # the kernel's rows hold head dims (j, j + hd/2) as pairs (2j, 2j + 1)
+            attrs["view"] = [["rope_half_rows", hd]]
+        state = self.emit(Op.STATE, [], attrs, ValueType((kv, S, hd), dtype, 1), hint=_short(c.name))
         self.scope = saved
         w = self.emit(Op.KV_WRITE, [state, x, self.pos_ir], hint="kv_write")
         probe = (torch.arange(kv, dtype=torch.int32)[:, None, None] * S + torch.arange(S, dtype=torch.int32)[:, None]
@@ -662,7 +672,7 @@ class AtenLowering:
 
     def cache_view(self, n: fx.Node):
         c = next(self.env[a] for a in _flat_args(n) if isinstance(self.env.get(a), Cache))
-        if n.target not in SAME and n.target not in REORDER and n.target is not aten.repeat_interleave.self_int:
+        if n.target not in SAME and n.target not in REORDER and n.target not in (aten.repeat_interleave.self_int, aten.repeat.default):
             self.fail(f"unsupported op {_op_name(n)} on a KV cache (only views, head repeats and attention)")
         args = [c.probe if isinstance(a, fx.Node) and self.env.get(a) is c else a for a in n.args]
         if n.target in CASTS:
@@ -786,6 +796,10 @@ def derive_step(t: torch.Tensor, step) -> torch.Tensor:
         j = torch.arange(hd // 2)
         order = torch.stack((j, j + hd // 2), 1).reshape(-1)
         return t.reshape(-1, hd, *t.shape[1:])[:, order].reshape(t.shape)
+    if kind == "rope_half_rows":   # the same order along the last axis (a KV cache's head_dim)
+        hd = step[1]
+        j = torch.arange(hd // 2)
+        return t[..., torch.stack((j, j + hd // 2), 1).reshape(-1)]
     if kind == "flat":
         return t.reshape(-1)
     if kind == "lane":

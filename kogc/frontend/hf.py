@@ -6,6 +6,8 @@ tensors are registered as buffers of the step module: kogc finds them as the mod
 """
 from __future__ import annotations
 
+import inspect
+
 import torch
 from torch import nn
 
@@ -32,6 +34,8 @@ class DecodeStep(nn.Module):
                 config.sliding_window < self.max_len:
             raise ModelFileError(f"{type(model).__name__}: sliding-window attention ({config.sliding_window} "
                                  f"positions) is not supported; pass max_len <= {config.sliding_window}")
+        # (transformers 5 names the cache argument `cache`; earlier versions `past_key_values`)
+        self.cache_arg = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
         param = next(model.parameters())
         self.cache = StaticCache(config=config, max_cache_len=self.max_len)
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
@@ -43,10 +47,13 @@ class DecodeStep(nn.Module):
             self.register_buffer(f"cache_length_{i}", layer.cumulative_length, persistent=False)
 
     def forward(self, token: torch.Tensor, pos: torch.Tensor):
-        for layer in self.cache.layers:          # the cache writes at its own counter: set it to pos
-            layer.cumulative_length.copy_(pos)
+        for i, layer in enumerate(self.cache.layers):
+            # the cache's tensors as this module's buffers (what torch.export sees as the model's state)
+            layer.keys, layer.values = getattr(self, f"k_cache_{i}"), getattr(self, f"v_cache_{i}")
+            layer.cumulative_length = getattr(self, f"cache_length_{i}")
+            layer.cumulative_length.copy_(pos)   # the cache writes at its own counter: set it to pos
         out = self.model(input_ids=token.reshape(1, 1), position_ids=pos.reshape(1, 1),
-                         cache_position=pos.reshape(1), past_key_values=self.cache, use_cache=True)
+                         cache_position=pos.reshape(1), use_cache=True, **{self.cache_arg: self.cache})
         logits = out.logits.reshape(-1)
         return logits, torch.argmax(logits)
 

@@ -36,11 +36,30 @@ def load_module(path: str):
     return module
 
 
-def build_model(path: str, preset: str | None = None, checkpoint: str | None = None, device: str = "cpu",
-                dtype: torch.dtype | None = None, seed: int | None = 0, **overrides) -> torch.nn.Module:
-    """The model of `path` from a preset (random weights from `seed`) or a checkpoint directory.
+def is_transformers_dir(path: str | None) -> bool:
+    """A transformers model rather than a model file: a directory (config.json + safetensors, or a .gguf)
+    or a .gguf file."""
+    return bool(path) and (os.path.isdir(path) or path.endswith(".gguf"))
+
+
+def build_model(path: str | None, preset: str | None = None, checkpoint: str | None = None, device: str = "cpu",
+                dtype: torch.dtype | None = None, seed: int | None = 0, model_dir: str | None = None,
+                max_len: int | None = None, **overrides) -> torch.nn.Module:
+    """The model of `path` from a preset (random weights from `seed`) or a checkpoint directory; or,
+    with `model_dir`, or a directory or .gguf file as `path`, a transformers causal LM as its decode step
+    (kogc.frontend.hf; its KV cache has `max_len` positions, also given as overrides["max_len"]).
 
     device="meta" with seed=None builds shapes only (no memory), enough to trace and print the IR."""
+    max_len = overrides.pop("max_len", None) or max_len
+    if model_dir or is_transformers_dir(path):
+        from .transformers_dir import load_decode_step
+        if overrides:
+            raise ModelFileError(f"{', '.join(overrides)}: a preset's fields, not for a transformers model")
+        # (the position tables and masks are computed from real tensors: never on the meta device)
+        return load_decode_step(model_dir or path, device="cpu" if device == "meta" else device, dtype=dtype,
+                                max_len=max_len)
+    if path is None:
+        raise ModelFileError("no model: give MODEL_FILE (with --config or --checkpoint) or --model-dir DIR")
     module = load_module(path)
     entry = getattr(module, "kogc_model", None)
     if not callable(entry):

@@ -21,9 +21,11 @@ class PosGraph:
     """Evaluates nodes whose values depend only on the position and constants, at any position.
     `consts` maps placeholder nodes to tensors; `pos_node` is the position input."""
 
-    def __init__(self, consts: dict, pos_node: fx.Node):
-        self.consts, self.pos_node = consts, pos_node
-        self.memo: dict[tuple[int, fx.Node], object] = {}
+    def __init__(self, consts: dict, pos_node: fx.Node, fixed=lambda node: False):
+        """fixed(node): whether node depends on nothing but the position and constants (its value at a
+        position is kept, also while a probe replaces an activation)."""
+        self.consts, self.pos_node, self.fixed = consts, pos_node, fixed
+        self.memo: dict[tuple, object] = {}
 
     def value(self, node, pos: int, subst: dict | None = None, wide: bool = False):
         """node's value at `pos`; `subst` replaces some nodes' values (a probe's input vector). wide:
@@ -34,8 +36,9 @@ class PosGraph:
             return node
         if subst is not None and node in subst:
             return subst[node]
-        key = (pos, node)
-        if subst is None and key in self.memo:
+        keep = subst is None or self.fixed(node)
+        key = (pos, node, wide)
+        if keep and key in self.memo:
             return self.memo[key]
         if node is self.pos_node:
             v = torch.tensor(pos, dtype=torch.int64)
@@ -52,7 +55,7 @@ class PosGraph:
                 v = _widened(node, args, kwargs, v)
         else:
             raise ValueError(f"cannot evaluate {node.op} {node.name}")
-        if subst is None:
+        if keep:
             self.memo[key] = v
         return v
 

@@ -249,6 +249,9 @@ def fill_kv_from(ck: CompiledKernel, module: torch.nn.Module) -> None:
         if n.op is Op.STATE:
             _, off, per_lane, lanes = ck.schedule.layout.slots[n.name]
             src = buffers[n.attrs["name"]].detach()
+            for step in n.attrs.get("view", ()):     # the kernel's order of a head's dims (kogc.frontend.aten)
+                from ..frontend.aten import derive_step
+                src = derive_step(src, step)
             if lanes:       # one rank's lanes (kogc.ir.shard)
                 src = src[n.attrs.get("lane0", 0):n.attrs.get("lane0", 0) + lanes]
             src = src.reshape(-1)

@@ -1,0 +1,195 @@
+"""Decoders written the usual ways, captured with torch.export: a single-file Llama (complex RoPE, a
+KV-cache module written by index assignment, SDPA) and its variants (rotate-half and real-pair RoPE,
+attention written out), transformers' Llama and Mistral. Under Triton's interpreter the kernel equals
+eager over 16 steps; every unsupported idiom is one line naming the op and the model's line."""
+import math
+import os
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import EXAMPLES, rel_err
+
+import kogc
+from kogc.frontend import FrontendError, to_ir
+
+pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="CPU interpreter path (GPU covered by test_gpu)")
+
+if EXAMPLES not in sys.path:
+    sys.path.insert(0, EXAMPLES)
+import llama  # noqa: E402
+
+STEPS = 16
+
+
+def tiny_llama(seed=0, **overrides):
+    return llama.kogc_model("tiny", seed=seed, **overrides)
+
+
+def assert_equals_eager(model, kernel_at=(0, 1, STEPS - 1), steps=STEPS, seed=0):
+    """Eager and kogc from an empty cache over `steps` steps of random tokens, fp32 within 1e-5: the IR
+    reference executor at every step, the compiled kernel under the interpreter at `kernel_at` (a step
+    there costs about a second: the steps between run eager only, and the kernel's cache is filled
+    from the model's before a jump). Returns the compiled kernel."""
+    from kogc.ir import execute
+    from kogc.ir.executor import new_state
+    from kogc.runtime.kernel import fill_kv_from, weights_of
+    step = kogc.frontend.decode_step(model)
+    ck = kogc.compile(step)
+    weights, state = weights_of(step, ck.ir), new_state(ck.ir)
+    gen = torch.Generator().manual_seed(seed)
+    done = -1
+    for pos in range(steps):
+        tok = int(torch.randint(0, ck.vocab, (), generator=gen))
+        if pos in kernel_at and pos != done + 1:
+            fill_kv_from(ck, step)          # positions 0 .. pos-1 as eager wrote them
+        with torch.no_grad():
+            want, want_next = step(torch.tensor(tok), torch.tensor(pos))
+        (ir, ir_next), _ = execute(ck.ir, weights, state, [tok, pos])
+        assert rel_err(ir, want) < 1e-5 and int(ir_next) == int(want_next), f"IR at pos {pos}"
+        if pos in kernel_at:
+            logits, nxt = ck.step(tok, pos)
+            assert rel_err(logits, want) < 1e-5 and nxt == int(want_next), f"kernel at pos {pos}"
+            done = pos
+    return ck
+
+
+@pytest.mark.parametrize("kv_heads", [2, 6])      # 3 query heads per KV head; one each (no GQA)
+def test_single_file_llama(kv_heads):
+    ck = assert_equals_eager(tiny_llama(seed=kv_heads, n_kv_heads=kv_heads))
+    counts = ck.ir.count()
+    assert counts["rope"] == 4 and counts["attention"] == 2 and ck.ir.meta["num_lanes"] == 1
+
+
+def rotate_half_rope(x, freqs_cis):
+    """The transformers form: cos/sin tables, x * cos + rotate_half(x) * sin over halves of the head."""
+    cos = torch.cat((freqs_cis.real, freqs_cis.real), -1)[None, :, None, :]
+    sin = torch.cat((freqs_cis.imag, freqs_cis.imag), -1)[None, :, None, :]
+    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
+    return x * cos + torch.cat((-x2, x1), -1) * sin
+
+
+def real_pairs_rope(x, freqs_cis):
+    """Interleaved pairs without complex numbers (the gpt-fast form)."""
+    xs = x.float().reshape(*x.shape[:-1], -1, 2)
+    c, s = freqs_cis.real[None, :, None, :], freqs_cis.imag[None, :, None, :]
+    out = torch.stack((xs[..., 0] * c - xs[..., 1] * s, xs[..., 1] * c + xs[..., 0] * s), -1)
+    return out.flatten(3).type_as(x)
+
+
+def written_out_attention(q, k, v, attn_mask=None):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    scores = scores.masked_fill(~attn_mask, float("-inf"))
+    return torch.softmax(scores.float(), dim=-1).type_as(q) @ v
+
+
+@pytest.mark.parametrize("rope", [rotate_half_rope, real_pairs_rope])
+def test_rope_forms(monkeypatch, rope):
+    monkeypatch.setattr(llama, "apply_rotary_emb", rope)
+    assert_equals_eager(tiny_llama(seed=3), kernel_at=(2,))
+
+
+def test_written_out_attention(monkeypatch):
+    monkeypatch.setattr(llama.F, "scaled_dot_product_attention", written_out_attention)
+    assert_equals_eager(tiny_llama(seed=4), kernel_at=(2,))
+
+
+transformers = pytest.importorskip("transformers")
+
+
+def hf_model(cls_name, seed=0, **cfg):
+    torch.manual_seed(seed)
+    config_cls = getattr(transformers, cls_name.replace("ForCausalLM", "Config"))
+    base = dict(vocab_size=300, hidden_size=96, intermediate_size=160, num_hidden_layers=2, num_attention_heads=6,
+                num_key_value_heads=2, max_position_embeddings=64, rope_theta=10000.0)
+    return getattr(transformers, cls_name)(config_cls(**{**base, **cfg})).eval()
+
+
+def test_transformers_llama_equals_eager_and_generate():
+    model = hf_model("LlamaForCausalLM", tie_word_embeddings=True)
+    ck = assert_equals_eager(model)
+    want = model.generate(torch.tensor([[5]]), max_new_tokens=3, do_sample=False)[0, 1:].tolist()
+    assert ck.generate([5], 3) == want          # (one launch; the kernel's cache from step 0 on)
+
+
+@pytest.mark.parametrize("cls_name,cfg", [
+    ("LlamaForCausalLM", dict(num_key_value_heads=6, tie_word_embeddings=False)),
+    ("MistralForCausalLM", dict(sliding_window=None)),
+])
+def test_transformers_models_equal_eager(cls_name, cfg):
+    assert_equals_eager(hf_model(cls_name, **cfg))
+
+
+def test_transformers_checkpoint_directory(tmp_path, capsys):
+    from kogc.cli import main
+    model = hf_model("LlamaForCausalLM", seed=5)
+    model.save_pretrained(tmp_path)
+    code = main(["compile", "--checkpoint", str(tmp_path), "--max-len", "32", "--target", "h200", "--emit", "ir"])
+    out, err = capsys.readouterr()
+    assert code == 0 and "attention(" in out and "rope(" in out
+    code = main(["run", "--model-dir", str(tmp_path), "--max-len", "32", "--prompt-ids", "5,17,42",
+                 "--max-new-tokens", "3", "--interpret"])
+    out, err = capsys.readouterr()
+    want = model.generate(torch.tensor([[5, 17, 42]]), max_new_tokens=3, do_sample=False)[0, 3:].tolist()
+    assert code == 0 and out.split()[:3] == [str(t) for t in want]
+
+
+# ---------------------------------------------------------------- what is refused, and how
+
+class OneLayer(torch.nn.Module):
+    """One attention layer with each idiom replaceable, for the errors."""
+
+    def __init__(self, bias=False, act=F.silu, mask="causal", scale=None, repeat="interleave", norm="rms"):
+        super().__init__()
+        self.emb = torch.nn.Embedding(32, 16)
+        self.q, self.k, self.v = (torch.nn.Linear(16, 16, bias=bias) for _ in range(3))
+        self.up, self.out = torch.nn.Linear(16, 32, bias=False), torch.nn.Linear(16, 32, bias=False)
+        self.ln = torch.nn.LayerNorm(16)
+        self.register_buffer("kc", torch.zeros(1, 2, 8, 4))
+        self.register_buffer("vc", torch.zeros(1, 2, 8, 4))
+        self.act, self.mask, self.scale, self.repeat, self.norm = act, mask, scale, repeat, norm
+
+    def forward(self, token, pos):
+        x = self.emb(token.reshape(1, 1))
+        x = self.ln(x) if self.norm == "layer" else x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5)
+        q = self.q(x).view(1, 1, 4, 4).transpose(1, 2)
+        k = self.k(x).view(1, 1, 4, 4)[:, :, :2].transpose(1, 2)
+        v = self.v(x).view(1, 1, 4, 4)[:, :, 2:].transpose(1, 2)
+        self.kc[:, :, pos.reshape(1)] = k
+        self.vc[:, :, pos.reshape(1)] = v
+        rep = (lambda c: c.repeat_interleave(2, 1)) if self.repeat == "interleave" else (lambda c: c.repeat(1, 2, 1, 1))
+        mask = (torch.arange(8) <= pos)[None, None, None, :] if self.mask == "causal" else None
+        y = F.scaled_dot_product_attention(q, rep(self.kc), rep(self.vc), attn_mask=mask,
+                                           is_causal=self.mask == "is_causal", scale=self.scale)
+        h = self.act(self.up(y.transpose(1, 2).reshape(1, 1, 16)))
+        logits = self.out(h[..., :16]).reshape(-1)
+        return logits, torch.argmax(logits)
+
+
+@pytest.mark.parametrize("kwargs,needle", [
+    (dict(bias=True), "bias"),
+    (dict(mask=None), "needs a causal mask"),
+    (dict(mask="is_causal"), "is_causal=True"),
+    (dict(scale=0.3), "scaled by 0.3"),
+    (dict(repeat="tile"), "KV heads repeated in order"),
+    (dict(norm="layer"), "aten.layer_norm"),
+    (dict(act=F.gelu), "aten.gelu"),
+])
+def test_unsupported_idiom_is_one_line_with_the_source_line(kwargs, needle):
+    with pytest.raises(FrontendError) as e:
+        to_ir(OneLayer(**kwargs))
+    msg = str(e.value)
+    assert needle in msg and "test_ordinary.py:" in msg and len(msg.splitlines()) == 1, msg
+
+
+def test_unsupported_idiom_exit_2_from_the_cli(tmp_path, capsys):
+    from kogc.cli import main
+    f = tmp_path / "gelu.py"
+    f.write_text(f"import sys; sys.path.insert(0, {os.path.dirname(__file__)!r})\n"
+                 "import torch.nn.functional as F\nfrom test_ordinary import OneLayer\n"
+                 "def kogc_model(preset=None, checkpoint=None, device='cpu', dtype=None, seed=0):\n"
+                 "    return OneLayer(act=F.gelu)\n")
+    code = main(["compile", str(f), "--config", "x", "--target", "h200", "--emit", "ir"])
+    err = capsys.readouterr().err
+    assert code == 2 and "aten.gelu" in err and len(err.strip().splitlines()) == 1
