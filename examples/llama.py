@@ -178,7 +178,10 @@ def build(c: LlamaConfig, device="cpu", dtype=None, seed: int | None = 0) -> Lla
 
 def kogc_model(preset: str | None = None, checkpoint: str | None = None, device: str = "cpu",
                dtype: torch.dtype | None = None, seed: int | None = 0, **overrides) -> Llama:
-    """The entry point kogc's CLI looks for: a model of a preset's shapes with random weights."""
+    """The entry point kogc's CLI looks for: a model of a preset's shapes with random weights. `max_len`
+    (kogc's --max-len) sets max_seq_len: the KV cache, and the positions eager attention reads."""
+    if "max_len" in overrides:
+        overrides["max_seq_len"] = overrides.pop("max_len")
     if checkpoint:
         raise ValueError("this example has no checkpoint format; for real Llama checkpoints use "
                          "`--model-dir` (transformers)")

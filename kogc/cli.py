@@ -26,7 +26,8 @@ def _model_args(p: argparse.ArgumentParser, default_config: str | None) -> None:
                    help="a transformers causal LM (Llama, Mistral, SmolLM2, ...): a directory with config.json and "
                         "*.safetensors, or one .gguf file; needs pip install 'kogc[hf]'")
     p.add_argument("--max-len", type=int, metavar="N",
-                   help="with --model-dir: positions of the static KV cache (default min(4096, the model's maximum))")
+                   help="positions of the static KV cache: a transformers model's (default min(4096, its maximum)), or "
+                        "passed to a model file's kogc_model as max_len (examples/llama.py takes it)")
     p.add_argument("--lanes", type=int, help="override the preset's num_lanes")
     p.add_argument("--tile-config", metavar="JSON",
                    help='schedule settings instead of the defaults, e.g. \'{"attn_splits": 32}\' '

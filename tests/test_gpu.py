@@ -17,3 +17,18 @@ def test_filtered_launches_run_the_filter_on_the_gpu():
     for kw in (dict(temperature=1.0, seed=1), dict(temperature=2.0, seed=2, top_p=0.5),
                dict(temperature=2.0, seed=3, top_k=3)):
         assert ck.generate([3, 4], 8, **kw) == ck.generate([3, 4], 8, **kw), kw     # same seed, same tokens
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("preset", ["tiny", "smollm2-135m"])
+def test_single_file_llama_on_the_gpu(preset):
+    # an ordinary decoder (torch.export frontend; SmolLM2's shapes: width 576, 9 query / 3 KV heads)
+    # against its own eager, fp16, 64 steps and a 64-token generation in one launch (tie-aware)
+    import os
+
+    from conftest import EXAMPLES
+
+    from kogc.check import run_check
+    res = run_check(os.path.join(EXAMPLES, "llama.py"), preset, steps=64, generate=64, prompt=[1, 2, 3, 4],
+                    overrides={"max_len": 512, "dtype": "float16"}, quiet=True)
+    assert res["passed"], res

@@ -5,11 +5,12 @@ import pytest
 import torch
 from conftest import tiny
 
-SHAPES = {   # name -> (model overrides, tile config): each compiled once for the tests below
+SHAPES = {   # name -> (model overrides, tile config): each compiled once for the tests below (a compile
+    # is ~25 s on 2 cores: "masked" also takes the smaller attention block, whose loads change only the
+    # 128-bit count, which the masked rows leave alone)
     "base": (dict(hidden_size=512, intermediate_size=4096), {}),
-    "block16": (dict(hidden_size=512, intermediate_size=4096), dict(attn_block=16)),
     "wide": (dict(hidden_size=1024, intermediate_size=4096), {}),
-    "masked": (dict(hidden_size=512, intermediate_size=3584), {}),
+    "masked": (dict(hidden_size=512, intermediate_size=3584), dict(attn_block=16)),
 }
 
 
@@ -38,14 +39,16 @@ def test_masked_rows_load_as_wide_and_cost_no_registers(summaries):
     _, base = summaries["base"]
     rows = [v for v in s.variants if v[0] == "matvec" and len(v) > 9]
     assert rows and all(v[2] == 1792 and v[9] == 2048 for v in rows)
-    assert masked["ld_global_bits"] == base["ld_global_bits"] and base["ld_global_bits"][128] > 0
+    narrow = {bits: n for bits, n in masked["ld_global_bits"].items() if bits < 128}
+    assert narrow == {bits: n for bits, n in base["ld_global_bits"].items() if bits < 128}
+    assert base["ld_global_bits"][128] > 0 and masked["ld_global_bits"][128] > 0
     assert masked["spill_store_bytes"] == base["spill_store_bytes"]
 
 
 def test_attention_loads_are_wide(summaries):
     # K/V rows load 16 bytes at a time: with 16-bit loads (a lost alignment hint) the count of scalar
     # loads would grow with the attention block
-    b64, b16 = summaries["base"][1]["ld_global_bits"], summaries["block16"][1]["ld_global_bits"]
+    b64, b16 = summaries["base"][1]["ld_global_bits"], summaries["masked"][1]["ld_global_bits"]
     assert b64.get(16, 0) == b16.get(16, 0)
     assert b64[128] > b16[128]
 

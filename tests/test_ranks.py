@@ -31,7 +31,7 @@ def _eager_steps(model, tokens):
     return out
 
 
-def check_steps(gpus: int, overrides: dict, steps: int = 8) -> None:
+def check_steps(gpus: int, overrides: dict, steps: int = 4) -> None:
     """`steps` steps from a fresh cache on fresh random weights: the ranks' logits shards and token,
     gathered, equal eager's and the IR reference's (fp32, 1e-5)."""
     model = tiny(seed=gpus, **L8, **overrides)

@@ -159,6 +159,7 @@ class AtenLowering:
         self.pos_node = self.token_ir = self.pos_ir = None
         self.replicated: dict[str, str] = {}
         self.ropes: dict[fx.Node, str] = {}
+        self.probed: dict[tuple, object] = {}      # region signature -> the probed Rope
         self.half_rotated: set[str] = set()     # ROPE values whose head dims are in interleaved order
         self.aliases: dict[str, list[fx.Node]] = {}     # IR value -> the fx nodes that are views of it
         self.max_pos = 0
@@ -577,7 +578,12 @@ class AtenLowering:
             subst = {a: x.reshape(_meta(a).shape) for a in views}
             return self.posgraph.value(r.node, pos, subst=subst, wide=True).reshape(-1)
 
-        rope = probe_rope(f, root.numel(), hd, self.max_pos or 1)
+        sig = self.region_signature(r.node, set(views))
+        rope = self.probed.get(sig) if sig is not None else None
+        if rope is None:
+            rope = probe_rope(f, root.numel(), hd, self.max_pos or 1)
+            if sig is not None and rope is not None:
+                self.probed[sig] = rope
         if rope is None:
             self.fail(f"unsupported op {_op_name(r.node)}: these ops on an activation are not a rotary "
                       f"embedding (RoPE) kogc recognises")
@@ -595,6 +601,40 @@ class AtenLowering:
         if rope.pairing == "half":
             self.half_rotated.add(ir)
         return ir
+
+    def region_signature(self, out: fx.Node, views: set) -> tuple | None:
+        """The region's computation as data: its ops in order, their constant arguments, the position
+        functions and constants it reads (by node) and the activation's shape. Two regions with the same
+        signature compute the same function (every layer's RoPE of the query, say): probed once."""
+        order, index = [], {}
+
+        def visit(n):   # (position functions are walked too: each layer computes its own views of a table)
+            if n in index or n in views or n.op == "placeholder" or isinstance(self.env.get(n), Const):
+                return
+            for a in _flat_args(n):
+                if isinstance(a, fx.Node):
+                    visit(a)
+            index[n] = len(order)
+            order.append(n)
+
+        visit(out)
+
+        def arg(a):
+            if isinstance(a, (list, tuple)):
+                return tuple(arg(x) for x in a)
+            if not isinstance(a, fx.Node):
+                return a if isinstance(a, (int, float, bool, str, type(None))) else str(a)
+            if a in views:
+                return ("x", tuple(_meta(a).shape))
+            if a in index:
+                return ("op", index[a])
+            c = self.env.get(a)
+            return ("const", c.name or id(c.tensor)) if isinstance(c, Const) else ("input", a.name)
+
+        try:
+            return tuple((str(n.target), arg(list(n.args)), arg(sorted(n.kwargs.items()))) for n in order)
+        except TypeError:
+            return None
 
     def rope_attrs(self, rope) -> dict:
         """ROPE's attrs: theta when the probed frequencies are theta^(-2j/hd) (within fp32 rounding), else

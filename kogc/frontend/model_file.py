@@ -50,8 +50,8 @@ def build_model(path: str | None, preset: str | None = None, checkpoint: str | N
     (kogc.frontend.hf; its KV cache has `max_len` positions, also given as overrides["max_len"]).
 
     device="meta" with seed=None builds shapes only (no memory), enough to trace and print the IR."""
-    max_len = overrides.pop("max_len", None) or max_len
     if model_dir or is_transformers_dir(path):
+        max_len = overrides.pop("max_len", None) or max_len
         from .transformers_dir import load_decode_step
         if overrides:
             raise ModelFileError(f"{', '.join(overrides)}: a preset's fields, not for a transformers model")
