@@ -50,8 +50,8 @@ def build_model(path: str | None, preset: str | None = None, checkpoint: str | N
     (kogc.frontend.hf; its KV cache has `max_len` positions, also given as overrides["max_len"]).
 
     device="meta" with seed=None builds shapes only (no memory), enough to trace and print the IR."""
+    max_len = overrides.pop("max_len", None) or max_len
     if model_dir or is_transformers_dir(path):
-        max_len = overrides.pop("max_len", None) or max_len
         from .transformers_dir import load_decode_step
         if overrides:
             raise ModelFileError(f"{', '.join(overrides)}: a preset's fields, not for a transformers model")
@@ -60,6 +60,8 @@ def build_model(path: str | None, preset: str | None = None, checkpoint: str | N
                                 max_len=max_len)
     if path is None:
         raise ModelFileError("no model: give MODEL_FILE (with --config or --checkpoint) or --model-dir DIR")
+    if max_len:             # a model file takes it as kogc_model(max_len=...), if it knows it
+        overrides["max_len"] = max_len
     module = load_module(path)
     entry = getattr(module, "kogc_model", None)
     if not callable(entry):

@@ -13,7 +13,7 @@ import numpy as np
 from ..ir.graph import Graph
 from ..targets import Target
 from .check import check_schedule, check_step_closure, prune_by_program_order
-from .config import TileConfig, validate
+from .config import TileConfig, attention_splits, validate
 from .deps import Event, derive, merge_events
 from .fuse import FusedOp, fuse
 from .place import bytes_model_seconds, die_edge_share, place_parallel, place_sequential
@@ -153,7 +153,7 @@ def build_schedule(graph: Graph, target: Target, placement: str = "parallel",
                    tile_config: TileConfig | None = None, num_programs: int | None = None,
                    check: bool = True, prune: bool = True) -> Schedule:
     """Schedule `graph` for `target`. placement="sequential" gives one queue (Triton's interpreter)."""
-    cfg = validate(tile_config or TileConfig(), target)
+    cfg = attention_splits(validate(tile_config or TileConfig(), target), graph)
     timings = {}
     t0 = time.perf_counter()
     ops = fuse(graph)
