@@ -616,7 +616,8 @@ def cmd_run(args) -> int:
     overrides = _overrides(args)
     model = build_model(args.model_file, preset=None if args.checkpoint else args.config, checkpoint=args.checkpoint,
                         **overrides)
-    print(f"[run] built {args.checkpoint or args.config} ({time.perf_counter() - t0:.1f}s); compiling", file=sys.stderr)
+    print(f"[run] built {args.checkpoint or args.config or args.model_file} ({time.perf_counter() - t0:.1f}s); compiling",
+          file=sys.stderr)
     ck = kogc_compile(model, interpret=args.interpret, tile_config=_tile_config(args.tile_config), gpus=args.gpus,
                       one_gpu=args.one_gpu, profile=bool(args.profile))
     ck.check_generate(prompt, args.max_new_tokens, args.temperature, args.top_k, args.top_p, args.seed, args.eos_id)

@@ -141,7 +141,9 @@ def test_profile_splits_waits_into_blocked_and_notify():
     from kogc.scheduler.check import run_order
     from kogc.targets import H200
 
-    schedule = build_schedule(to_ir(lf.kogc_model("tiny", device="meta", seed=None)), H200, num_programs=4)
+    import micro_laneformer      # one lane, one layer: every task kind, fewer code variants to compile
+    schedule = build_schedule(to_ir(micro_laneformer.kogc_model("micro", device="meta", seed=None)), H200,
+                              num_programs=4)
     prog = {tid: p for p, q in enumerate(schedule.queues) for tid in q}
     last, done, rows = {}, {}, {}
     expect_blocked = {}
@@ -205,7 +207,9 @@ def test_detail_profile_summary_and_kernel(tmp_path):
     from kogc.scheduler import build_schedule
     from kogc.targets import H200
 
-    schedule = build_schedule(to_ir(lf.kogc_model("tiny", device="meta", seed=None)), H200, num_programs=4)
+    import micro_laneformer      # one lane, one layer: every task kind, fewer code variants to compile
+    schedule = build_schedule(to_ir(micro_laneformer.kogc_model("micro", device="meta", seed=None)), H200,
+                              num_programs=4)
     prof = torch.zeros((4, max(len(q) for q in schedule.queues), 5), dtype=torch.int64)
     for p, q in enumerate(schedule.queues):      # wait 1 us; then operands 0.5, compute 1, publish 0.5
         for i, tid in enumerate(q):
@@ -243,7 +247,9 @@ def test_detail_profile_splits_the_final_norms_second_load():
     from kogc.scheduler import build_schedule
     from kogc.targets import H200
 
-    schedule = build_schedule(to_ir(lf.kogc_model("tiny", device="meta", seed=None)), H200, num_programs=4)
+    import micro_laneformer      # one lane, one layer: every task kind, fewer code variants to compile
+    schedule = build_schedule(to_ir(micro_laneformer.kogc_model("micro", device="meta", seed=None)), H200,
+                              num_programs=4)
     prof = torch.zeros((4, max(len(q) for q in schedule.queues), 6), dtype=torch.int64)
     for p, q in enumerate(schedule.queues):      # wait 1 us; operands 0.5, (second load 0.25), compute, publish 0.5
         for i, tid in enumerate(q):

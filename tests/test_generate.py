@@ -84,20 +84,16 @@ def test_step_closure_names_a_task_that_does_not_feed_the_token(setup):
         check_step_closure(broken)
 
 
-def test_kogc_run_prints_tokens_and_rate(tmp_path):
+def test_kogc_run_prints_tokens_and_rate(tmp_path, capsys):
     import os
-    import subprocess
-    import sys
+
     from conftest import ROOT
     micro = os.path.join(ROOT, "tests", "micro_laneformer.py")      # one lane, one layer: fast steps
-    r = subprocess.run([sys.executable, "-m", "kogc.cli", "run", micro, "--config", "micro", "--prompt-ids", "4,5",
-                        "--max-new-tokens", "3", "--interpret"], capture_output=True, text=True, cwd=ROOT,
-                       env=dict(os.environ, TRITON_INTERPRET="1"), timeout=300)
-    assert r.returncode == 0, r.stderr
-    lines = r.stdout.strip().splitlines()
+    from kogc.cli import main
+    assert main(["run", micro, "--config", "micro", "--prompt-ids", "4,5", "--max-new-tokens", "3", "--interpret"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
     assert len(lines[0].split()) == 3 and all(t.isdigit() for t in lines[0].split())
     assert "3 tokens" in lines[1] and "tok/s" in lines[1]
-    bad = subprocess.run([sys.executable, "-m", "kogc.cli", "run", micro, "--config", "micro", "--prompt-ids",
-                          "4,9999", "--interpret"], capture_output=True, text=True, cwd=ROOT,
-                         env=dict(os.environ, TRITON_INTERPRET="1"), timeout=300)
-    assert bad.returncode == 2 and "outside the vocabulary" in bad.stderr and "Traceback" not in bad.stderr
+    assert main(["run", micro, "--config", "micro", "--prompt-ids", "4,9999", "--interpret"]) == 2
+    err = capsys.readouterr().err
+    assert "outside the vocabulary" in err and "Traceback" not in err

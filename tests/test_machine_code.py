@@ -9,9 +9,12 @@ SHAPES = {   # name -> (model overrides, tile config): each compiled once for th
     # is ~25 s on 2 cores: "masked" also takes the smaller attention block, whose loads change only the
     # 128-bit count, which the masked rows leave alone)
     "base": (dict(hidden_size=512, intermediate_size=4096), {}),
-    "wide": (dict(hidden_size=1024, intermediate_size=4096), {}),
     "masked": (dict(hidden_size=512, intermediate_size=3584), dict(attn_block=16)),
 }
+# 16-bit global loads of the kernel: the few scalar sites (token ids, counters, flags) whatever the
+# sizes (10 at hidden 512 and at 1024, measured); a vector body losing its alignment hint adds its share
+# of the hidden size in 16-bit loads per thread
+SCALAR_16BIT_LOADS = 10
 
 
 @pytest.fixture(scope="module")
@@ -55,9 +58,9 @@ def test_attention_loads_are_wide(summaries):
 
 def test_vector_bodies_load_wide(summaries):
     # embed, residual, final norm: whole vectors (VALIGN hints); without them each thread loaded its
-    # share 16 bits at a time and the scalar loads grew with the hidden size
-    d512, d1024 = summaries["base"][1]["ld_global_bits"], summaries["wide"][1]["ld_global_bits"]
-    assert d1024.get(16, 0) <= d512.get(16, 0) and d1024[128] > 0
+    # share 16 bits at a time
+    bits = summaries["base"][1]["ld_global_bits"]
+    assert bits.get(16, 0) <= SCALAR_16BIT_LOADS and bits[128] > 0
 
 
 def test_publish_and_acquire_in_the_ptx(summaries):

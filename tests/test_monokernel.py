@@ -187,7 +187,7 @@ def test_cli_tile_config(capsys):
     assert splits == "4"
     for bad, needle in (("{nope", "not JSON"), ('{"attn_split": 4}', "unknown field(s) attn_split"),
                         ('[1]', "JSON object"), ('{"attn_impl": "dot"}', "unknown field(s) attn_impl"),
-                        ('{"attn_splits": 3}', "attn_splits=3 must be a power of two"),
+                        ('{"attn_splits": 3}', "attn_splits=3 must be 0 (chosen for the model) or a power of two"),
                         ('{"tile_bytes": 100}', "tile_bytes=100"),
                         ('{"kind_us": {"attention": -1}}', "kind_us")):
         assert main(["compile", MODEL_FILE, "--target", "h200", "--config", "tiny", "--emit", "tasks",

@@ -29,7 +29,9 @@ def smol():
     from kogc.frontend.transformers_dir import load_model, load_tokenizer
     path = smollm2.model_dir()
     model, tok = load_model(path, dtype=torch.float32), load_tokenizer(path)
-    ids = tok.apply_chat_template([{"role": "user", "content": QUESTION}], add_generation_prompt=True)
+    # (a short system message: the template's default one is 30 tokens, each an IR step of 30 layers)
+    ids = tok.apply_chat_template([{"role": "system", "content": "Be brief."}, {"role": "user", "content": QUESTION}],
+                                  add_generation_prompt=True)
     ids = list(ids["input_ids"] if hasattr(ids, "keys") else ids)
     return model, tok, ids
 
@@ -40,9 +42,11 @@ def test_greedy_answer_through_the_ir_equals_generate(smol):
     from kogc.ir.executor import new_state
     from kogc.runtime.kernel import weights_of
     model, tok, ids = smol
-    # (no EOS: 32 tokens whatever the answer's length)
-    want = model.generate(torch.tensor([ids]), max_new_tokens=NEW, do_sample=False, eos_token_id=None,
-                          pad_token_id=tok.eos_token_id)[0, len(ids):].tolist()
+    # (no EOS: 32 tokens whatever the answer's length; the attention mask given, or generate would
+    # take the prompt's <|im_end|> tokens, the pad id, for padding)
+    prompt = torch.tensor([ids])
+    want = model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=NEW, do_sample=False,
+                          eos_token_id=None, pad_token_id=tok.eos_token_id)[0, len(ids):].tolist()
     step = decode_step(model, max_len=128)
     graph = to_ir(step)
     assert graph.count()["attention"] == 30

@@ -18,9 +18,11 @@ import numpy as np
 from ..errors import KogcError
 
 
-def non_default_fields(cfg) -> dict:
-    """The TileConfig fields of `cfg` that differ from a fresh TileConfig()."""
-    default = type(cfg)()
+def non_default_fields(cfg, graph=None) -> dict:
+    """The TileConfig fields of `cfg` that differ from a fresh TileConfig() (with `graph`: with the
+    settings the defaults choose for that model, e.g. its attention splits)."""
+    from ..scheduler.config import attention_splits
+    default = type(cfg)() if graph is None else attention_splits(type(cfg)(), graph)
     return {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)
             if getattr(cfg, f.name) != getattr(default, f.name)}
 
@@ -32,7 +34,7 @@ def save_stamps(ck, path: str, model_file: str | None = None, preset: str | None
     ids, ts = timestamps(ck)
     s = ck.schedule
     meta = {"model_file": model_file, "config": preset, "checkpoint": checkpoint, "overrides": overrides or {},
-            "target": s.target.name, "num_programs": len(s.queues), "tile_config": non_default_fields(s.tile_config),
+            "target": s.target.name, "num_programs": len(s.queues), "tile_config": non_default_fields(s.tile_config, s.graph),
             "tasks": len(s.tasks)}
     if not path.endswith(".npz"):
         path += ".npz"

@@ -11,7 +11,7 @@ import struct
 from dataclasses import dataclass, field
 
 from ..ir.graph import Graph, Op
-from .config import TileConfig, tile_config_from_json  # noqa: F401 (re-exported)
+from .config import TileConfig, attention_splits, tile_config_from_json  # noqa: F401 (re-exported)
 from .errors import SchedulerError
 from .fuse import ALL, ATTN_COMBINE, OTHERS, OWN, PLAIN, RESIDUAL, ROPE_CACHE, ROPE_STORE, STORE_ARGMAX, FusedOp, is_pow2
 from .tasks import (A_CACHE, A_EPS, A_H, A_KEYS, A_OUT, A_OWN_COEF, A_RECV, A_RECV_STRIDE, A_RES_OUT, A_ROW0,
@@ -57,6 +57,7 @@ def tile_rank(graph: Graph, ops: list[FusedOp], cfg: TileConfig) -> tuple[list[T
     """`tile`, and for one rank of several (graph.meta["ranks"] > 1, kogc.ir.shard) the sums it
     receives from its peers: a residual's term over other or all lanes, the final norm's lane sum and
     the token's key. A sender is a task of this rank too (every rank runs the same tasks)."""
+    cfg = attention_splits(cfg, graph)      # (attn_splits 0: chosen for the model, the same on every rank)
     by = graph.by_name()
     es = ESIZE[graph.weight_dtype]
     lay = Layout()
