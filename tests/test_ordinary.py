@@ -68,6 +68,14 @@ def test_single_file_llama():
     assert counts["rope"] == 4 and counts["attention"] == 2 and ck.ir.meta["num_lanes"] == 1
 
 
+def test_cli_compiles_the_model_file(capsys):
+    # (its RoPE table and mask are evaluated at compile time: built on the CPU, not the meta device)
+    from kogc.cli import main
+    code = main(["compile", os.path.join(EXAMPLES, "llama.py"), "--config", "tiny", "--target", "h200", "--emit", "ir"])
+    out = capsys.readouterr().out
+    assert code == 0 and out.count("rope(") == 4 and "theta=10000.0" in out
+
+
 def rotate_half_rope(x, freqs_cis):
     """The transformers form: cos/sin tables, x * cos + rotate_half(x) * sin over halves of the head."""
     cos = torch.cat((freqs_cis.real, freqs_cis.real), -1)[None, :, None, :]
