@@ -6,68 +6,10 @@ import os
 import sys
 import time
 
+from .cli_model import TextStream, model_args, model_overrides, resolve_model
 from .errors import KogcError
 
 EMITS = ("ir", "ir-json", "tasks", "schedule", "source")
-
-
-def _model_args(p: argparse.ArgumentParser, default_config: str | None) -> None:
-    """Where the model comes from: a model file and a preset, or a checkpoint. A command with a
-    default preset defaults to the example model file too."""
-    p.add_argument("model_file", nargs="?", default=None,
-                   help="a Python file defining kogc_model(...), e.g. examples/llama.py"
-                        + (" (default examples/laneformer.py)" if default_config else "")
-                        + ", or a transformers model directory (as --model-dir)")
-    p.set_defaults(default_model_file=os.path.join("examples", "laneformer.py") if default_config else None)
-    p.add_argument("--config", default=default_config, help="a preset of the model file, e.g. tiny | laneformer-2b")
-    p.add_argument("--checkpoint", help="a directory with config.json and *.safetensors (instead of --config): "
-                                        "the model file's format, or, without a model file, a transformers model")
-    p.add_argument("--model-dir", metavar="DIR",
-                   help="a transformers causal LM (Llama, Mistral, SmolLM2, ...): a directory with config.json and "
-                        "*.safetensors, or one .gguf file; needs pip install 'kogc[hf]'")
-    p.add_argument("--max-len", type=int, metavar="N",
-                   help="positions of the static KV cache: a transformers model's (default min(4096, its maximum)), or "
-                        "passed to a model file's kogc_model as max_len (examples/llama.py takes it)")
-    p.add_argument("--lanes", type=int, help="override the preset's num_lanes")
-    p.add_argument("--tile-config", metavar="JSON",
-                   help='schedule settings instead of the defaults, e.g. \'{"attn_splits": 32}\' '
-                        "(fields of kogc.scheduler.TileConfig)")
-
-
-def _resolve_model(args) -> None:
-    """MODEL_FILE from --model-dir, or from a --checkpoint that is not a model file's (a transformers
-    directory), or the command's default model file; a transformers model's --max-len rides in the
-    overrides kogc.frontend.model_file.build_model takes."""
-    if not hasattr(args, "model_dir"):
-        return
-    from .errors import ModelFileError
-    if args.model_dir:
-        if args.model_file or args.checkpoint:
-            raise ModelFileError("--model-dir names the whole model: not with MODEL_FILE or --checkpoint")
-        args.model_file, args.config = args.model_dir, None
-    elif args.model_file is None and args.checkpoint and not _is_laneformer_checkpoint(args.checkpoint):
-        args.model_file, args.checkpoint, args.config = args.checkpoint, None, None
-    elif args.model_file is None:
-        args.model_file = args.default_model_file
-        if args.model_file is None:
-            raise ModelFileError("no model: give MODEL_FILE (with --config or --checkpoint) or --model-dir DIR")
-
-
-def _overrides(args) -> dict:
-    """Preset fields from the command line (--lanes), and a transformers model's --max-len."""
-    out = {"num_lanes": args.lanes} if args.lanes else {}
-    if getattr(args, "max_len", None):
-        out["max_len"] = args.max_len
-    return out
-
-
-def _is_laneformer_checkpoint(path: str) -> bool:
-    import json
-    try:
-        with open(os.path.join(path, "config.json")) as f:
-            return "num_lanes" in json.load(f)
-    except (OSError, ValueError):
-        return False
 
 
 def _tile_config(text: str | None):
@@ -90,7 +32,7 @@ def _parser() -> argparse.ArgumentParser:
     c = sub.add_parser("compile", help="compile a model file for a target",
                        description="Trace the model of MODEL_FILE, lower it, and print a stage (--emit) "
                                    "or write the kernel and its reports (--out).")
-    _model_args(c, None)
+    model_args(c, None)
     c.add_argument("--target", required=True, help="h200 | mi300x")
     c.add_argument("--emit", choices=EMITS, help="print this stage to stdout")
     c.add_argument("--out", help="write the compiled kernel, schedule and report to this directory")
@@ -105,7 +47,7 @@ def _parser() -> argparse.ArgumentParser:
                        description="Measure, in one run on the same weights: kogc's monokernel, PyTorch eager "
                                    "(static KV cache), the whole step in one CUDA graph, torch.compile"
                                    "(max-autotune-no-cudagraphs) + one CUDA graph, and the memory floor.")
-    _model_args(b, "laneformer-2b")
+    model_args(b, "laneformer-2b")
     b.add_argument("--context", default="1024",
                    help="tokens already in the KV cache (default 1024); with --scaling a comma-separated list")
     b.add_argument("--steps", type=int, default=100, help="decode steps per timed repetition (default 100)")
@@ -132,7 +74,7 @@ def _parser() -> argparse.ArgumentParser:
                                    "--steps decode steps one launch each (relative error, tie-aware argmax), and "
                                    "--generate greedy tokens from one launch against eager and against a loop of "
                                    "one-step launches. Exit code 0: passed, 1: failed.")
-    _model_args(k, "laneformer-2b")
+    model_args(k, "laneformer-2b")
     k.set_defaults(config=None)
     k.add_argument("--steps", type=int, help="decode steps compared one by one (default 256; 2 with --interpret)")
     k.add_argument("--generate", type=int, metavar="N",
@@ -154,7 +96,7 @@ def _parser() -> argparse.ArgumentParser:
                                    "(one launch per step, and all steps in one launch), and check every variant's "
                                    "logits against eager PyTorch and the first variant's. Exit code 1 if any variant "
                                    "failed or computed something else.")
-    _model_args(w, "laneformer-2b")
+    model_args(w, "laneformer-2b")
     w.add_argument("--variants", default="[{}]", metavar="JSON",
                    help='a JSON list of variants, e.g. \'[{}, {"attn_splits": 32}, {"num_programs": 264}]\' '
                         '(default [{}]: the defaults); "profile": true or "detail" adds a profile of the variant')
@@ -170,7 +112,7 @@ def _parser() -> argparse.ArgumentParser:
                                    "model's measured one-GPU times where it ships them), a hop within a GPU and one "
                                    "across GPUs; calibrated by the measured one-GPU step (--measured-ms). A model, "
                                    "not a measurement.")
-    _model_args(m, "laneformer-2b")
+    model_args(m, "laneformer-2b")
     m.add_argument("--gpus", default="1,2,4,8", help="rank counts (comma-separated; default 1,2,4,8)")
     m.add_argument("--target", default="h200", help="h200 | h100 | mi300x (default h200)")
     m.add_argument("--local-us", type=float, default=1.0, help="a flag hop between programs of one GPU (default 1)")
@@ -241,7 +183,7 @@ def _parser() -> argparse.ArgumentParser:
                        description="Compile the model, prefill the prompt, then generate up to N tokens in ONE "
                                    "kernel launch (sampling and the EOS test on the device), printing tokens as "
                                    "they arrive, then tokens/s and time to first token.")
-    _model_args(r, "laneformer-2b")
+    model_args(r, "laneformer-2b")
     prompt = r.add_mutually_exclusive_group(required=True)
     prompt.add_argument("--prompt-ids", help="comma-separated token ids, e.g. 1,2,3")
     prompt.add_argument("--prompt", metavar="TEXT",
@@ -290,7 +232,7 @@ def cmd_compile(args) -> int:
         return _fail("--per-variant with --gpus: compile one rank's variants with --gpus 1 instead")
     t0 = time.perf_counter()
     total = 2 if args.emit in ("ir", "ir-json") else (5 + args.per_variant if args.out else 3)
-    overrides = _overrides(args)
+    overrides = model_overrides(args)
     # Shapes are all a model written for kogc needs: built on the meta device unless a checkpoint is
     # given. Another model's position tables and masks are evaluated while it is captured: on the CPU.
     model = build_model(args.model_file, preset=args.config, checkpoint=args.checkpoint,
@@ -451,7 +393,7 @@ def cmd_bench(args) -> int:
         return refused
     contexts = _ints(args.context, "--context")
     presets = [x for x in (args.config or "").split(",") if x]
-    overrides = _overrides(args)
+    overrides = model_overrides(args)
     if args.scaling:
         if args.profile or args.task_times:
             return _fail("--scaling times kogc alone: --profile and --task-times do not apply")
@@ -521,7 +463,7 @@ def cmd_check(args) -> int:
     res = run_check(args.model_file, preset, steps=default if args.steps is None else args.steps,
                     generate=default if args.generate is None else args.generate, prompt=prompt,
                     fp32_ref=args.fp32_ref, seed=args.seed, checkpoint=args.checkpoint,
-                    overrides=_overrides(args),
+                    overrides=model_overrides(args),
                     tile_config=_tile_config(args.tile_config), interpret=args.interpret,
                     max_rel_err=args.max_rel_err, gpus=args.gpus, one_gpu=args.one_gpu)
     print(format_check(res))
@@ -537,7 +479,7 @@ def cmd_sweep(args) -> int:
     from .bench.sweep import run_sweep
     res = run_sweep(args.model_file, None if args.checkpoint else args.config, args.variants,
                     _ints(args.context, "--context"), steps=args.steps, reps=args.reps, interpret=args.interpret,
-                    checkpoint=args.checkpoint, overrides=_overrides(args),
+                    checkpoint=args.checkpoint, overrides=model_overrides(args),
                     out_dir=args.out, json_path=args.json, tile_config=args.tile_config)
     if args.json:
         print(f"wrote {args.json}", file=sys.stderr)
@@ -565,36 +507,6 @@ def cmd_inspect(args) -> int:
     return run(args)
 
 
-class _TextStream:
-    """`kogc run --prompt TEXT`: the prompt's token ids (chat template applied unless --raw) and the
-    answer printed as text while tokens arrive (decoded whole each time: a token may complete a
-    character the previous one began)."""
-
-    def __init__(self, args):
-        from .frontend.model_file import is_transformers_dir
-        from .frontend.transformers_dir import load_tokenizer
-        if not is_transformers_dir(args.model_file):
-            raise KogcError("--prompt takes text for a transformers model (--model-dir DIR, with its tokenizer); "
-                            "for a model file give --prompt-ids")
-        self.tok = load_tokenizer(args.model_file)
-        if not args.raw and getattr(self.tok, "chat_template", None):
-            ids = self.tok.apply_chat_template([{"role": "user", "content": args.prompt}], add_generation_prompt=True)
-            ids = ids["input_ids"] if hasattr(ids, "keys") else ids
-        else:
-            ids = self.tok.encode(args.prompt)
-        self.ids = [int(i) for i in ids]
-        self.eos = self.tok.eos_token_id
-        self.tokens: list[int] = []
-        self.shown = ""
-
-    def add(self, token: int) -> None:
-        self.tokens.append(token)
-        text = self.tok.decode(self.tokens, skip_special_tokens=True)
-        if text.startswith(self.shown):
-            print(text[len(self.shown):], end="", flush=True)
-            self.shown = text
-
-
 def cmd_run(args) -> int:
     import torch
     refused = _needs_gpu(args, "kogc run needs a CUDA GPU (use --interpret to run a small preset on the CPU)")
@@ -602,7 +514,7 @@ def cmd_run(args) -> int:
         return refused
     text = None
     if args.prompt is not None:
-        text = _TextStream(args)
+        text = TextStream(args)
         prompt = text.ids
         args.eos_id = text.eos if args.eos_id is None else args.eos_id
     else:
@@ -617,7 +529,7 @@ def cmd_run(args) -> int:
     if args.gpus != 1 and _ranks_started(args):
         return 0
     t0 = time.perf_counter()
-    overrides = _overrides(args)
+    overrides = model_overrides(args)
     model = build_model(args.model_file, preset=None if args.checkpoint else args.config, checkpoint=args.checkpoint,
                         **overrides)
     print(f"[run] built {args.checkpoint or args.config or args.model_file} ({time.perf_counter() - t0:.1f}s); compiling",
@@ -672,7 +584,7 @@ def main(argv: list[str] | None = None) -> int:
         return e.code if isinstance(e.code, int) else 2
     args.argv = list(sys.argv[1:] if argv is None else argv)     # (--gpus G starts G processes with these)
     try:
-        _resolve_model(args)
+        resolve_model(args)
         return {"compile": cmd_compile, "bench": cmd_bench, "run": cmd_run, "check": cmd_check, "sweep": cmd_sweep,
                 "analyze": cmd_analyze, "inspect": cmd_inspect, "predict": _cmd_predict}[args.command](args)
     except (KogcError, SchedulerError) as e:   # the scheduler's refusals (sizes, settings) are user errors too

@@ -20,140 +20,27 @@ ATen op and the user's source line.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 
 import torch
 import torch.fx as fx
 
 from ..ir.graph import Graph, Node, Op, ValueType
-from ..ir.typing import IRTypeError, infer
-from .probe import PosGraph, causal_allowed, is_causal_at, probe_positions, probe_rope
-from .trace import FrontendError, user_frame
-
-aten = torch.ops.aten
-DTYPE_NAMES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
-HALF = (torch.float16, torch.bfloat16)
-
-
-@dataclass
-class Const:
-    tensor: torch.Tensor
-    name: str | None = None          # the parameter it is a view of (None: computed)
-    view: tuple = ()                 # how it is viewed: ("t",) for a transposed weight
+from .aten_attention import AttentionLowering
+from .aten_rope import RopeLowering
+from .aten_values import (CASTS, DTYPE_NAMES, IGNORED, MATMUL, REORDER, SAME, Cache, Const, Norm, PosFn, Region, Scores,
+                          Split, Tok, Vec, aten, flat_args, keeps_order, meta, op_name, short, squeezed)
+from .builder import IRBuilder
+from .probe import PosGraph
+from .trace import user_frame
+from .views import derive_step, step_name
 
 
-@dataclass
-class PosFn:
-    node: fx.Node
-
-
-@dataclass
-class Tok:
-    pass
-
-
-@dataclass
-class Vec:
-    ir: str
-
-
-@dataclass
-class Region:
-    root: fx.Node                    # the fx node whose value (an activation) the region starts from
-    ir: str                          # that activation's IR value
-    node: fx.Node
-
-
-@dataclass
-class Cache:
-    ir: str                          # the KV_WRITE's value
-    kv: int
-    S: int
-    hd: int
-    probe: torch.Tensor = field(repr=False)    # (kv head * S + position) of every element, as viewed
-
-
-@dataclass
-class Norm:
-    stage: str                       # "sq", "ms", "mse", "rs", "sqrt"
-    x: str
-    eps: float = 0.0
-
-
-@dataclass
-class Scores:
-    q: str
-    k: Cache
-    scale: float = 1.0
-    mask: tuple | None = None        # (PosFn, "additive" | "bool" | "fill")
-    probs: bool = False
-
-
-@dataclass
-class Split:
-    vec: str
-    bounds: list
-
-
-# ATen ops that change neither an activation's values nor their order (after the size-1 axes are
-# dropped): views, copies, casts (the kernel computes in fp32 and stores in the model's dtype)
-SAME = {aten.view.default, aten.reshape.default, aten._unsafe_view.default, aten.unsqueeze.default,
-        aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default, aten.flatten.using_ints,
-        aten.unflatten.int, aten.contiguous.default, aten.clone.default, aten.alias.default,
-        aten.detach.default, aten.to.dtype, aten.to.dtype_layout, aten.to.device, aten._to_copy.default,
-        aten.type_as.default, aten.dropout.default, aten.lift_fresh_copy.default, aten.view_copy.default}
-REORDER = {aten.transpose.int, aten.permute.default, aten.t.default, aten.expand.default, aten.select.int,
-           aten.slice.Tensor}
-CASTS = {aten.to.dtype, aten.to.dtype_layout, aten.to.device, aten._to_copy.default, aten.type_as.default}
-IGNORED = {aten._assert_tensor_metadata.default}
-SOFTMAX = {aten.softmax.int, aten._softmax.default, aten._safe_softmax.default}
-MATMUL = {aten.matmul.default, aten.bmm.default}
-
-
-def _meta(n) -> torch.Tensor | None:
-    v = n.meta.get("val") if isinstance(n, fx.Node) else None
-    return v if isinstance(v, torch.Tensor) else None
-
-
-def _squeezed(shape) -> tuple:
-    return tuple(s for s in shape if s != 1)
-
-
-def keeps_order(n: fx.Node) -> bool:
-    """Whether a view-like op leaves a tensor's elements in row-major order (size-1 axes aside)."""
-    src, out = _meta(n.args[0]), _meta(n)
-    if src is None or out is None or src.numel() != out.numel():
-        return False
-    if n.target in SAME:
-        return True
-    if n.target in (aten.transpose.int, aten.permute.default, aten.t.default):
-        if n.target is aten.t.default:
-            perm = list(range(src.dim()))[::-1]
-        elif n.target is aten.transpose.int:
-            perm = list(range(src.dim()))
-            a, b = (d % src.dim() for d in n.args[1:3])
-            perm[a], perm[b] = perm[b], perm[a]
-        else:
-            perm = [d % src.dim() for d in n.args[1]]
-        moved = [p for p in perm if src.shape[p] != 1]
-        return moved == sorted(moved)
-    if n.target is aten.expand.default:
-        return _squeezed(src.shape) == _squeezed(out.shape)
-    if n.target is aten.select.int:
-        return src.shape[n.args[1] % src.dim()] == 1
-    if n.target is aten.slice.Tensor:
-        return tuple(src.shape) == tuple(out.shape)
-    return False
-
-
-class AtenLowering:
+class AtenLowering(IRBuilder, RopeLowering, AttentionLowering):
     def __init__(self, ep: torch.export.ExportedProgram, name: str):
+        super().__init__()
         self.ep, self.gm = ep, ep.graph_module
-        self.nodes: list[Node] = []
-        self.types: dict[str, ValueType] = {}
         self.env: dict[fx.Node, object] = {}
         self.leaves: dict[tuple, str] = {}
-        self.where = self.scope = ""
         self.name = name
         self.consts: dict[fx.Node, torch.Tensor] = {}
         self.pos_node = self.token_ir = self.pos_ir = None
@@ -165,26 +52,9 @@ class AtenLowering:
         self.max_pos = 0
 
     # ------------------------------------------------------------------ building
-    def fail(self, msg: str):
-        raise FrontendError(f"{msg} at {self.where or '<unknown source>'}")
-
-    def emit(self, op: Op, inputs: list[str], attrs: dict | None = None, type_: ValueType | None = None,
-             hint: str = "") -> str:
-        attrs = attrs or {}
-        if type_ is None:
-            try:
-                type_ = infer(op, [self.types[i] for i in inputs], attrs)
-            except IRTypeError as e:
-                self.fail(f"{op.value}: {e}")
-        name = f"%{len(self.nodes)}" + (f".{hint}" if hint else "")
-        self.nodes.append(Node(name, op, tuple(inputs), type_, attrs, self.where, self.scope))
-        if type_ is not None:
-            self.types[name] = type_
-        return name
-
     def leaf(self, c: Const, lanes: int, view: tuple = ()) -> str:
         """A PARAM for weight `c` seen through `view` (steps applied to the parameter when packing:
-        kogc.frontend.weights.derive), with `lanes` lanes (a lane axis of one added)."""
+        kogc.frontend.views.derive_step), with `lanes` lanes (a lane axis of one added)."""
         if c.name is None:
             self.fail("a weight computed inside the model (not a parameter or buffer) is not supported")
         view = tuple(c.view) + tuple(view) + ((("lane",),) if lanes else ())
@@ -197,7 +67,7 @@ class AtenLowering:
             if dtype is None:
                 self.fail(f"{c.name} has unsupported dtype {t.dtype}")
             shape = tuple(t.shape[1:]) if lanes else tuple(t.shape)
-            attrs = {"name": c.name + "".join(f"#{_step_name(s)}" for s in view)}
+            attrs = {"name": c.name + "".join(f"#{step_name(s)}" for s in view)}
             if view:
                 attrs.update(source=c.name, view=[list(s) for s in view])
             saved, self.scope = self.scope, c.name.rsplit(".", 1)[0]
@@ -249,7 +119,7 @@ class AtenLowering:
         return Graph(self.nodes, {"num_lanes": 1, "model": self.name}), self.max_pos
 
     def user_input(self, n: fx.Node, index: int):
-        t = _meta(n)
+        t = meta(n)
         if index > 1 or t is None or t.dtype != torch.int64 or t.numel() != 1:
             self.fail(f"a decode step takes forward(token, pos), two int64 scalars; input {index} ({n.name}) is {t}")
         ir = self.emit(Op.INPUT, [], {"index": index, "name": n.name}, ValueType((), "int64"), hint=n.name)
@@ -281,7 +151,7 @@ class AtenLowering:
             return None
         if t is getattr(__import__("operator"), "getitem"):
             return self.getitem(n)
-        tensors = [a for a in _flat_args(n) if isinstance(a, fx.Node)]
+        tensors = [a for a in flat_args(n) if isinstance(a, fx.Node)]
         kinds = [self.env.get(a) for a in tensors]
         if all(isinstance(k, (Const, PosFn)) or k is None for k in kinds):
             return self.constant(n, kinds)
@@ -329,7 +199,7 @@ class AtenLowering:
                 self.fail("embedding of the token needs a weight table")
             e = self.emit(Op.EMBED, [self.leaf(table, 0), self.token_ir], hint="embed")
             return Vec(self.emit(Op.BROADCAST_LANES, [e], {"lanes": 1}, hint="lanes"))
-        self.fail(f"unsupported op on the token: {_op_name(n)}")
+        self.fail(f"unsupported op on the token: {op_name(n)}")
 
     # ------------------------------------------------------------------ activations
     def activation(self, n: fx.Node):
@@ -337,14 +207,14 @@ class AtenLowering:
         if t in SAME or t in REORDER:
             src = self.env.get(n.args[0])
             if isinstance(src, Split):
-                return self.fail(f"{_op_name(n)} of a split output")
+                return self.fail(f"{op_name(n)} of a split output")
             if keeps_order(n):
                 return Vec(self.vec(n.args[0]))
             if t is aten.slice.Tensor:
                 inner = self.row_block(n.args[0], n.args[1] if len(n.args) > 1 else 0)
                 step = n.args[4] if len(n.args) > 4 else 1
                 if inner and step == 1:
-                    size = _meta(n.args[0]).shape[n.args[1]]
+                    size = meta(n.args[0]).shape[n.args[1]]
                     start, end = (list(n.args[2:4]) + [None, None])[:2]
                     start, end = start or 0, min(end if end is not None else size, size)
                     return Vec(self.matvec_rows(self.vec(n.args[0]), start * inner, end * inner))
@@ -367,7 +237,7 @@ class AtenLowering:
             return self.rms_norm(n)
         if t in (aten.view_as_complex.default, aten.cat.default, aten.stack.default, aten.unbind.int):
             return self.region(n)
-        self.fail(f"unsupported op {_op_name(n)}")
+        self.fail(f"unsupported op {op_name(n)}")
 
     def linear(self, n: fx.Node):
         x, w = n.args[0], n.args[1]
@@ -376,20 +246,20 @@ class AtenLowering:
             self.fail("a linear layer with a bias is not supported")
         wc = self.env.get(w)
         if not isinstance(wc, Const):
-            self.fail(f"{_op_name(n)} of two activations is only supported inside attention")
+            self.fail(f"{op_name(n)} of two activations is only supported inside attention")
         view = () if n.target is aten.linear.default else (("t",),)
         if n.target is not aten.linear.default and wc.view[-1:] == (("t",),):
             wc, view = Const(wc.tensor, wc.name, wc.view[:-1]), ()
         xv = self.vec(x)
-        out = self.emit(Op.MATVEC, [self.leaf(wc, 1, view), xv], hint=_short(wc.name))
-        if _meta(n).shape[-1] != self.types[out].shape[0]:
-            self.fail(f"{_op_name(n)}: the weight {wc.name} is not [out, in] as used")
+        out = self.emit(Op.MATVEC, [self.leaf(wc, 1, view), xv], hint=short(wc.name))
+        if meta(n).shape[-1] != self.types[out].shape[0]:
+            self.fail(f"{op_name(n)}: the weight {wc.name} is not [out, in] as used")
         return Vec(out)
 
     def row_block(self, src: fx.Node, dim: int) -> int:
         """Rows of the matvec behind `src` per index of axis `dim`, when a slice or split there takes
         contiguous rows (a fused QKV or gate/up matrix split, by rows or by heads); else 0."""
-        v, m = self.env.get(src), _meta(src)
+        v, m = self.env.get(src), meta(src)
         if not isinstance(v, Vec) or m is None or self.by_name(v.ir).op is not Op.MATVEC:
             return 0
         dim %= m.dim()
@@ -403,7 +273,7 @@ class AtenLowering:
         c = self.param_const(w)
         view = tuple(tuple(s) for s in w.attrs.get("view", []) if s[0] != "lane") + (("rows", start, end),)
         return self.emit(Op.MATVEC, [self.leaf(Const(c.tensor, c.name), 1, view), mv.inputs[1]],
-                         hint=_short(c.name))
+                         hint=short(c.name))
 
     def param_const(self, w: Node) -> Const:
         src = w.attrs.get("source", w.attrs["name"])
@@ -419,7 +289,7 @@ class AtenLowering:
         if not inner:
             return self.region(n)
         v = self.vec(n.args[0])
-        size = _meta(n.args[0]).shape[dim]
+        size = meta(n.args[0]).shape[dim]
         if n.target is aten.split_with_sizes.default:
             sizes = list(n.args[1])
         elif n.target is aten.split.Tensor:
@@ -461,7 +331,7 @@ class AtenLowering:
             xv = self.vec(x)
             if w.tensor.numel() == 1 and w.name is None:
                 return Vec(self.emit(Op.SCALE, [xv], {"factor": float(w.tensor)}, hint="scale"))
-            if tuple(_squeezed(w.tensor.shape)) != self.types[xv].shape:
+            if tuple(squeezed(w.tensor.shape)) != self.types[xv].shape:
                 self.fail(f"multiplying by a weight of shape {list(w.tensor.shape)}: only an elementwise scale "
                           f"of the vector's width {self.types[xv].shape} is supported")
             wv = Const(w.tensor.reshape(-1), w.name, w.view + ((("flat",),) if w.tensor.dim() != 1 else ()))
@@ -472,16 +342,16 @@ class AtenLowering:
         a, b = n.args[:2]
         alpha = n.kwargs.get("alpha", 1)
         if alpha != 1 or not all(isinstance(x, fx.Node) for x in (a, b)):
-            self.fail(f"{_op_name(n)} with a constant is not supported on an activation")
+            self.fail(f"{op_name(n)} with a constant is not supported on an activation")
         if any(isinstance(self.env.get(x), (PosFn, Const)) for x in (a, b)):
-            self.fail(f"{_op_name(n)} of an activation and a constant tensor (a bias) is not supported")
+            self.fail(f"{op_name(n)} of an activation and a constant tensor (a bias) is not supported")
         op = Op.ADD if n.target is aten.add.Tensor else Op.SUB
         return Vec(self.emit(op, [self.vec(a), self.vec(b)]))
 
     def argmax(self, n: fx.Node):
         dim = n.args[1] if len(n.args) > 1 else n.kwargs.get("dim")
-        m = _meta(n.args[0])
-        if dim is not None and len(_squeezed(m.shape)) > 1:
+        m = meta(n.args[0])
+        if dim is not None and len(squeezed(m.shape)) > 1:
             self.fail("argmax over one axis of a matrix is not supported, only over the logits")
         return Vec(self.emit(Op.ARGMAX, [self.replicate(self.vec(n.args[0]))], hint="argmax"))
 
@@ -509,8 +379,8 @@ class AtenLowering:
         if t is aten.mul.Tensor and isinstance(k[0], Vec) and isinstance(k[1], Vec) and args[0] is args[1]:
             return Norm("sq", k[0].ir)
         if t is aten.mean.dim and isinstance(k[0], Norm) and k[0].stage == "sq":
-            dims = [d % _meta(args[0]).dim() for d in args[1]]
-            if dims != [_meta(args[0]).dim() - 1]:
+            dims = [d % meta(args[0]).dim() for d in args[1]]
+            if dims != [meta(args[0]).dim() - 1]:
                 self.fail("an RMSNorm's mean must be over the last axis")
             return Norm("ms", k[0].x)
         if t is aten.add.Tensor and isinstance(k[0], Norm) and k[0].stage == "ms" and isinstance(k[1], (int, float)):
@@ -528,7 +398,7 @@ class AtenLowering:
                         (t is aten.mul.Tensor or x is k[0]):
                     return Vec(self.emit(Op.RMSNORM, [x.ir], {"eps": r.eps}, hint="rmsnorm"))
         if any(isinstance(x, Norm) for x in k):
-            self.fail(f"{_op_name(n)} inside what looks like an RMSNorm: only x * rsqrt(mean(x^2) + eps) is supported")
+            self.fail(f"{op_name(n)} inside what looks like an RMSNorm: only x * rsqrt(mean(x^2) + eps) is supported")
         return None
 
     def rms_norm(self, n: fx.Node):
@@ -539,330 +409,10 @@ class AtenLowering:
         if tuple(shape) != self.types[xv].shape:
             self.fail(f"rms_norm over {list(shape)}: only the last axis is supported")
         if eps is None:
-            eps = torch.finfo(_meta(x).dtype).eps
+            eps = torch.finfo(meta(x).dtype).eps
         out = self.emit(Op.RMSNORM, [xv], {"eps": float(eps)}, hint="rmsnorm")
         if weight is not None:
             out = self.emit(Op.MUL, [out, self.leaf(self.env[weight], 0)])
         return Vec(out)
 
     # ------------------------------------------------------------------ RoPE, found by probing
-    def region(self, n: fx.Node):
-        roots = set()
-        for a in _flat_args(n):
-            if isinstance(a, fx.Node):
-                v = self.env.get(a)
-                if isinstance(v, Region):
-                    roots.add((v.root, v.ir))
-                elif isinstance(v, Vec):
-                    roots.add((a, v.ir))
-                elif not isinstance(v, (Const, PosFn)) and v is not None:
-                    self.fail(f"unsupported op {_op_name(n)} on {self.describe(a)}")
-        if len({ir for _, ir in roots}) != 1:
-            self.fail(f"unsupported op {_op_name(n)} (it combines several activations)")
-        root, ir = roots.pop()
-        return Region(root, ir, n)
-
-    def materialize(self, r: Region) -> str:
-        """The region as ROPE of its activation: probed at several positions (kogc.frontend.probe)."""
-        if r.node in self.ropes:
-            return self.ropes[r.node]
-        out, root = _meta(r.node), _meta(r.root)
-        where, self.where = self.where, user_frame(r.node.meta.get("stack_trace")) or self.where
-        if out is None or root is None or out.numel() != root.numel() or out.is_complex():
-            self.fail(f"unsupported op {_op_name(r.node)} on an activation")
-        hd = out.shape[-1]
-
-        views = [a for a in self.aliases.get(r.ir, []) if _meta(a) is not None] + [r.root]
-
-        def f(x, pos):     # every view of the activation replaced by the probe vector
-            subst = {a: x.reshape(_meta(a).shape) for a in views}
-            return self.posgraph.value(r.node, pos, subst=subst, wide=True).reshape(-1)
-
-        sig = self.region_signature(r.node, set(views))
-        rope = self.probed.get(sig) if sig is not None else None
-        if rope is None:
-            rope = probe_rope(f, root.numel(), hd, self.max_pos or 1)
-            if sig is not None and rope is not None:
-                self.probed[sig] = rope
-        if rope is None:
-            self.fail(f"unsupported op {_op_name(r.node)}: these ops on an activation are not a rotary "
-                      f"embedding (RoPE) kogc recognises")
-        src = r.ir
-        if rope.pairing == "half":      # rotate-half: the weight's rows reordered so that pairs interleave
-            mv = self.by_name(src)
-            if mv.op is not Op.MATVEC:
-                self.fail("rotate-half RoPE must act on a linear layer's output")
-            w = self.by_name(mv.inputs[0])
-            view = tuple(tuple(s) for s in w.attrs.get("view", []) if s[0] != "lane") + (("rope_half", hd),)
-            src = self.emit(Op.MATVEC, [self.leaf(self.param_const(w), 1, view), mv.inputs[1]], hint="rope_rows")
-        ir = self.emit(Op.ROPE, [src, self.pos_ir], self.rope_attrs(rope), hint="rope")
-        self.where = where
-        self.ropes[r.node] = ir
-        if rope.pairing == "half":
-            self.half_rotated.add(ir)
-        return ir
-
-    def region_signature(self, out: fx.Node, views: set) -> tuple | None:
-        """The region's computation as data: its ops in order, their constant arguments, the position
-        functions and constants it reads (by node) and the activation's shape. Two regions with the same
-        signature compute the same function (every layer's RoPE of the query, say): probed once."""
-        order, index = [], {}
-
-        def visit(n):   # (position functions are walked too: each layer computes its own views of a table)
-            if n in index or n in views or n.op == "placeholder" or isinstance(self.env.get(n), Const):
-                return
-            for a in _flat_args(n):
-                if isinstance(a, fx.Node):
-                    visit(a)
-            index[n] = len(order)
-            order.append(n)
-
-        visit(out)
-
-        def arg(a):
-            if isinstance(a, (list, tuple)):
-                return tuple(arg(x) for x in a)
-            if not isinstance(a, fx.Node):
-                return a if isinstance(a, (int, float, bool, str, type(None))) else str(a)
-            if a in views:
-                return ("x", tuple(_meta(a).shape))
-            if a in index:
-                return ("op", index[a])
-            c = self.env.get(a)
-            return ("const", c.name or id(c.tensor)) if isinstance(c, Const) else ("input", a.name)
-
-        try:
-            return tuple((str(n.target), arg(list(n.args)), arg(sorted(n.kwargs.items()))) for n in order)
-        except TypeError:
-            return None
-
-    def rope_attrs(self, rope) -> dict:
-        """ROPE's attrs: theta when the probed frequencies are theta^(-2j/hd) (within fp32 rounding), else
-        the list; the same attrs for every layer (the kernel holds one table), or an error."""
-        hd, f = rope.head_dim, torch.tensor(rope.inv_freq, dtype=torch.float64)
-        scale = 1.0 if abs(rope.scale - 1.0) < 1e-5 else rope.scale
-        theta = float(f[1] ** (-hd / 2)) if hd > 2 and f[1] > 0 else 0.0
-        if theta > 0:
-            std = theta ** (-torch.arange(0, hd, 2, dtype=torch.float64) / hd)
-            if torch.allclose(f, std, rtol=1e-5, atol=0):
-                theta = float(f"{theta:.6g}")       # 10000.0, not 9999.99997
-        attrs = {"head_dim": hd}
-        std = theta ** (-torch.arange(0, hd, 2, dtype=torch.float64) / hd) if theta > 0 else None
-        if std is not None and torch.allclose(f, std, rtol=1e-5, atol=0):
-            attrs["theta"] = theta
-        else:
-            attrs["inv_freq"] = [float(v) for v in f]
-        if scale != 1.0:
-            attrs["scale"] = scale
-        first = getattr(self, "_rope", None)
-        if first is None:
-            self._rope = attrs
-        elif first != attrs:
-            same = first.keys() == attrs.keys() and all(
-                torch.allclose(torch.tensor(first[k], dtype=torch.float64), torch.tensor(attrs[k], dtype=torch.float64),
-                               rtol=1e-5) for k in attrs)
-            if not same:
-                self.fail(f"RoPE differs between layers ({first} and {attrs}): kogc holds one table")
-        return dict(self._rope)
-
-    # ------------------------------------------------------------------ the KV cache
-    def kv_write(self, n: fx.Node):
-        cache = n.args[0]
-        c = self.env.get(cache)
-        if not isinstance(c, Const) or c.name is None:
-            self.fail(f"{_op_name(n)} must write a KV-cache buffer of the model")
-        shape = _squeezed(c.tensor.shape)
-        if len(shape) != 3 or c.tensor.shape[-1] != shape[-1]:
-            self.fail(f"KV cache {c.name} of shape {list(c.tensor.shape)}: kogc supports [1, kv_heads, positions, head_dim]")
-        kv, S, hd = shape if len(shape) == 3 else (1,) + shape
-        seq_dim = c.tensor.dim() - 2
-        if n.target in (aten.index_copy_.default, aten.index_copy.default):
-            dim, index, values = n.args[1], n.args[2], n.args[3]
-            if dim % c.tensor.dim() != seq_dim:
-                self.fail(f"the KV cache {c.name} is written along axis {dim}, not its positions (axis {seq_dim})")
-        else:
-            indices, values = n.args[1], n.args[2]
-            if len(indices) != seq_dim + 1 or any(i is not None for i in indices[:seq_dim]):
-                self.fail(f"the KV cache {c.name} must be written as cache[..., pos, :] = x")
-            index = indices[seq_dim]
-        if not isinstance(self.env.get(index), PosFn):
-            self.fail(f"the KV cache {c.name} must be written at an index computed from the position")
-        self.max_pos = self.max_pos or S
-        for p in probe_positions(S):
-            got = self.posgraph.value(index, p).reshape(-1).tolist()
-            if got != [p]:
-                self.fail(f"the KV cache {c.name} is written at {got} for position {p}, not at the position")
-        x = self.vec(values)
-        vm = _meta(values)
-        if _squeezed(vm.shape) != _squeezed((kv, hd)):
-            self.fail(f"the value written into {c.name} has shape {list(vm.shape)}, not [kv_heads={kv}, head_dim={hd}]")
-        dtype = DTYPE_NAMES[c.tensor.dtype]
-        saved, self.scope = self.scope, c.name.rsplit(".", 1)[0]
-        attrs = {"name": c.name}
-        if x in self.half_rotated:   # the kernel's rows hold head dims (j, j + hd/2) as pairs (2j, 2j + 1)
-            attrs["view"] = [["rope_half_rows", hd]]
-        state = self.emit(Op.STATE, [], attrs, ValueType((kv, S, hd), dtype, 1), hint=_short(c.name))
-        self.scope = saved
-        w = self.emit(Op.KV_WRITE, [state, x, self.pos_ir], hint="kv_write")
-        probe = (torch.arange(kv, dtype=torch.int32)[:, None, None] * S + torch.arange(S, dtype=torch.int32)[:, None]
-                 ).expand(kv, S, hd).reshape(c.tensor.shape)
-        out = Cache(w, kv, S, hd, probe)
-        self.env[cache] = out        # later reads of the buffer see this step's write
-        return out
-
-    def cache_view(self, n: fx.Node):
-        c = next(self.env[a] for a in _flat_args(n) if isinstance(self.env.get(a), Cache))
-        if n.target not in SAME and n.target not in REORDER and n.target not in (aten.repeat_interleave.self_int, aten.repeat.default):
-            self.fail(f"unsupported op {_op_name(n)} on a KV cache (only views, head repeats and attention)")
-        args = [c.probe if isinstance(a, fx.Node) and self.env.get(a) is c else a for a in n.args]
-        if n.target in CASTS:
-            return c
-        probe = n.target(*args, **{k: v for k, v in n.kwargs.items() if k != "output_size"})
-        return Cache(c.ir, c.kv, c.S, c.hd, probe)
-
-    def heads(self, c: Cache, nq: int, transposed: bool, gqa: bool = False) -> None:
-        """Check that a viewed cache gives query head h the rows of KV head h // (nq / kv), all positions
-        in order (the IR's GQA); transposed: [.., hd, S] (k^T)."""
-        p = c.probe
-        if transposed:
-            p = p.transpose(-1, -2)
-        if p.dim() < 3 or p.shape[-2:] != (c.S, c.hd):
-            self.fail(f"attention over a KV cache seen as {list(c.probe.shape)}, not [.., heads, positions, head_dim]")
-        p = p.reshape(-1, c.S, c.hd)
-        h = p.shape[0]
-        if gqa and h == c.kv:
-            return
-        if h != nq or nq % c.kv:
-            self.fail(f"attention of {nq} query heads over {h} cache heads ({c.kv} KV heads)")
-        g = nq // c.kv
-        want = ((torch.arange(nq) // g)[:, None] * c.S + torch.arange(c.S)[None, :]).to(p.dtype)
-        if not bool((p == want[:, :, None]).all()):
-            self.fail("query heads must use the KV heads repeated in order (repeat_interleave or expand "
-                      "over a new axis after the KV-head axis)")
-
-    def check_mask(self, mask, kind: str):
-        if mask is None:
-            self.fail("attention over a static KV cache needs a causal mask (without one it reads unwritten rows)")
-        if not isinstance(self.env.get(mask), PosFn):
-            self.fail("an attention mask that depends on more than the position is not supported")
-        for p in probe_positions(self.max_pos):
-            m = self.posgraph.value(mask, p)
-            try:
-                allowed = causal_allowed(m, kind == "additive") if kind != "fill" else ~m.bool()
-            except ValueError as e:
-                self.fail(str(e))
-            if not is_causal_at(allowed, p):
-                self.fail(f"the attention mask at position {p} is not causal (positions 0..{p} of the cache)")
-
-    def check_scale(self, scale: float, hd: int):
-        if abs(scale * math.sqrt(hd) - 1.0) > 1e-5:
-            self.fail(f"attention scaled by {scale}: only 1/sqrt(head_dim) = {1 / math.sqrt(hd):.6g} is supported")
-
-    def attention(self, q: str, k: Cache, v: Cache) -> Vec:
-        return Vec(self.emit(Op.ATTENTION, [q, k.ir, v.ir, self.pos_ir], hint="attn"))
-
-    def sdpa(self, n: fx.Node):
-        names = ["query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa"]
-        a = dict(zip(names, n.args))
-        a.update(n.kwargs)
-        q = self.vec(a["query"])
-        k, v = self.env.get(a["key"]), self.env.get(a["value"])
-        if not (isinstance(k, Cache) and isinstance(v, Cache)):
-            self.fail("scaled_dot_product_attention must attend over the KV cache")
-        qm = _meta(a["query"])
-        if len(_squeezed(qm.shape)) > 2 or qm.shape[-2] != 1:
-            self.fail(f"attention of a query of shape {list(qm.shape)}: one token at a time only")
-        nq, hd = qm.numel() // qm.shape[-1], qm.shape[-1]
-        if a.get("is_causal"):
-            self.fail("is_causal=True with one query attends only position 0 of the cache (top-left causal); "
-                      "pass a mask of positions <= pos instead")
-        if a.get("dropout_p", 0.0):
-            self.fail("attention dropout is not supported")
-        for c in (k, v):
-            self.heads(c, nq, False, bool(a.get("enable_gqa")))
-        self.check_mask(a.get("attn_mask"), "bool" if _meta(a.get("attn_mask")) is not None and
-                        _meta(a["attn_mask"]).dtype == torch.bool else "additive")
-        if a.get("scale") is not None:
-            self.check_scale(a["scale"], hd)
-        return self.attention(q, k, v)
-
-    def written_attention(self, n: fx.Node):
-        t, args = n.target, n.args
-        k = [self.env.get(x) if isinstance(x, fx.Node) else x for x in args]
-        if t in MATMUL and isinstance(k[1], Cache) and not isinstance(k[0], Scores):
-            qm = _meta(args[0])
-            nq = qm.numel() // qm.shape[-1]
-            self.heads(k[1], nq, True)
-            return Scores(self.vec(args[0]), k[1])
-        if not isinstance(k[0], Scores):
-            if t in MATMUL:
-                self.fail(f"{_op_name(n)} of two activations is only supported inside attention (q @ k^T, p @ v)")
-            self.fail(f"unsupported op {_op_name(n)} on attention scores")
-        s = k[0]
-        if t in CASTS or t in SAME:
-            return s
-        if t in (aten.mul.Tensor, aten.div.Tensor) and isinstance(k[1], (int, float)) and not s.probs:
-            f = 1.0 / k[1] if t is aten.div.Tensor else k[1]
-            return Scores(s.q, s.k, s.scale * f, s.mask)
-        if t is aten.add.Tensor and isinstance(k[1], PosFn) and s.mask is None:
-            return Scores(s.q, s.k, s.scale, (args[1], "additive"))
-        if t in (aten.masked_fill.Scalar, aten.masked_fill.Tensor) and isinstance(k[1], PosFn) and s.mask is None:
-            if not (isinstance(args[2], float) and args[2] <= -1e4):
-                self.fail("masked_fill of attention scores must fill with -inf")
-            return Scores(s.q, s.k, s.scale, (args[1], "fill"))
-        if t in SOFTMAX and not s.probs:
-            if args[1] % _meta(args[0]).dim() != _meta(args[0]).dim() - 1:
-                self.fail("softmax of attention scores must be over the cache positions (the last axis)")
-            return Scores(s.q, s.k, s.scale, s.mask, probs=True)
-        if t in MATMUL and s.probs and isinstance(k[1], Cache):
-            self.heads(k[1], self.types[s.q].shape[0] // s.k.hd, False)
-            self.check_mask(s.mask[0] if s.mask else None, s.mask[1] if s.mask else "")
-            self.check_scale(s.scale, s.k.hd)
-            return self.attention(s.q, s.k, k[1])
-        self.fail(f"unsupported op {_op_name(n)} on attention scores")
-
-
-# ---------------------------------------------------------------- weights seen through views
-
-def derive_step(t: torch.Tensor, step) -> torch.Tensor:
-    """One step of a weight's view (PARAM attrs "view"): how kogc packs a parameter as the IR uses it."""
-    kind = step[0]
-    if kind == "t":
-        return t.t()
-    if kind == "rows":
-        return t[step[1]:step[2]]
-    if kind == "rope_half":     # per head: rows (j, j + hd/2) become (2j, 2j + 1)
-        hd = step[1]
-        j = torch.arange(hd // 2)
-        order = torch.stack((j, j + hd // 2), 1).reshape(-1)
-        return t.reshape(-1, hd, *t.shape[1:])[:, order].reshape(t.shape)
-    if kind == "rope_half_rows":   # the same order along the last axis (a KV cache's head_dim)
-        hd = step[1]
-        j = torch.arange(hd // 2)
-        return t[..., torch.stack((j, j + hd // 2), 1).reshape(-1)]
-    if kind == "flat":
-        return t.reshape(-1)
-    if kind == "lane":
-        return t.unsqueeze(0)
-    raise ValueError(f"unknown weight view step {step!r}")
-
-
-def _step_name(step) -> str:
-    return "-".join(str(s) for s in step)
-
-
-def _flat_args(n: fx.Node):
-    for a in list(n.args) + list(n.kwargs.values()):
-        if isinstance(a, (list, tuple)):
-            yield from a
-        else:
-            yield a
-
-
-def _op_name(n: fx.Node) -> str:
-    return f"aten.{getattr(n.target, '__name__', str(n.target))}"
-
-
-def _short(name: str) -> str:
-    parts = name.split(".")
-    return parts[-2] if len(parts) > 1 else parts[0]

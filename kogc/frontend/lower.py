@@ -17,9 +17,9 @@ import torch
 import torch.fx as fx
 import torch.nn.functional as F
 
-from ..ir.graph import Graph, Node, Op, ValueType
-from ..ir.typing import IRTypeError, infer
-from .trace import FrontendError, user_frame
+from ..ir.graph import Graph, Op, ValueType
+from .builder import IRBuilder
+from .trace import user_frame
 
 DTYPE_NAMES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16", torch.int64: "int64"}
 
@@ -35,36 +35,15 @@ class Pending:
     is_state: bool
 
 
-class Lowering:
+class Lowering(IRBuilder):
     def __init__(self, gm: fx.GraphModule):
+        super().__init__()
         self.gm = gm
-        self.nodes: list[Node] = []
-        self.types: dict[str, ValueType] = {}
         self.env: dict[fx.Node, object] = {}         # fx node -> IR value name | Pending | python constant
         self.leaves: dict[tuple[str, int], str] = {}  # (qualname, lanes) -> IR name
         self.params = dict(gm.named_parameters())
         self.buffers = dict(gm.named_buffers())
-        self.where = ""
-        self.scope = ""
         self.num_lanes = 0
-
-    # ------------------------------------------------------------------ building
-    def fail(self, msg: str):
-        raise FrontendError(f"{msg} at {self.where or '<unknown source>'}")
-
-    def emit(self, op: Op, inputs: list[str], attrs: dict | None = None, type_: ValueType | None = None,
-             hint: str = "") -> str:
-        attrs = attrs or {}
-        if type_ is None:
-            try:
-                type_ = infer(op, [self.types[i] for i in inputs], attrs)
-            except IRTypeError as e:
-                self.fail(f"{op.value}: {e}")
-        name = f"%{len(self.nodes)}" + (f".{hint}" if hint else "")
-        self.nodes.append(Node(name, op, tuple(inputs), type_, attrs, self.where, self.scope))
-        if type_ is not None:
-            self.types[name] = type_
-        return name
 
     def leaf(self, p: Pending, lanes: int) -> str:
         key = (p.qualname, lanes)

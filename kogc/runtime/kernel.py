@@ -229,7 +229,7 @@ class CompiledKernel:
 def weights_of(module: torch.nn.Module, graph: Graph) -> dict[str, torch.Tensor]:
     """Every PARAM's tensor by its name; a PARAM that is a view of a parameter (attrs "source", "view":
     a transposed, row-sliced or reordered weight from kogc.frontend.aten) derived from it."""
-    from ..frontend.aten import derive_step
+    from ..frontend.views import derive_step
     params = dict(module.named_parameters(remove_duplicate=False))
     params.update(dict(module.named_buffers(remove_duplicate=False)))
     out = {}
@@ -244,13 +244,13 @@ def weights_of(module: torch.nn.Module, graph: Graph) -> dict[str, torch.Tensor]
 
 def fill_kv_from(ck: CompiledKernel, module: torch.nn.Module) -> None:
     """Copy the module's KV-cache buffers into the kernel's cache (same [L, kv, S, hd] layout)."""
+    from ..frontend.views import derive_step
     buffers = dict(module.named_buffers())
     for n in ck.ir.nodes:
         if n.op is Op.STATE:
             _, off, per_lane, lanes = ck.schedule.layout.slots[n.name]
             src = buffers[n.attrs["name"]].detach()
             for step in n.attrs.get("view", ()):     # the kernel's order of a head's dims (kogc.frontend.aten)
-                from ..frontend.aten import derive_step
                 src = derive_step(src, step)
             if lanes:       # one rank's lanes (kogc.ir.shard)
                 src = src[n.attrs.get("lane0", 0):n.attrs.get("lane0", 0) + lanes]

@@ -1,0 +1,174 @@
+"""The KV cache and attention for kogc.frontend.aten: cache writes at the position, the cache seen
+through views (GQA's repeated heads, k transposed), scaled_dot_product_attention and attention
+written out, each checked by evaluating what depends on the position. A mixin of AtenLowering."""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.fx as fx
+
+from ..ir.graph import Op, ValueType
+from .aten_values import (CASTS, DTYPE_NAMES, MATMUL, REORDER, SAME, SOFTMAX, Cache, Const, PosFn, Scores, Vec, aten,
+                          flat_args, meta, op_name, short, squeezed)
+from .probe import causal_allowed, is_causal_at, probe_positions
+
+
+class AttentionLowering:
+    def kv_write(self, n: fx.Node):
+        cache = n.args[0]
+        c = self.env.get(cache)
+        if not isinstance(c, Const) or c.name is None:
+            self.fail(f"{op_name(n)} must write a KV-cache buffer of the model")
+        shape = squeezed(c.tensor.shape)
+        if len(shape) != 3 or c.tensor.shape[-1] != shape[-1]:
+            self.fail(f"KV cache {c.name} of shape {list(c.tensor.shape)}: kogc supports [1, kv_heads, positions, head_dim]")
+        kv, S, hd = shape
+        seq_dim = c.tensor.dim() - 2
+        if n.target in (aten.index_copy_.default, aten.index_copy.default):
+            dim, index, values = n.args[1], n.args[2], n.args[3]
+            if dim % c.tensor.dim() != seq_dim:
+                self.fail(f"the KV cache {c.name} is written along axis {dim}, not its positions (axis {seq_dim})")
+        else:
+            indices, values = n.args[1], n.args[2]
+            if len(indices) != seq_dim + 1 or any(i is not None for i in indices[:seq_dim]):
+                self.fail(f"the KV cache {c.name} must be written as cache[..., pos, :] = x")
+            index = indices[seq_dim]
+        if not isinstance(self.env.get(index), PosFn):
+            self.fail(f"the KV cache {c.name} must be written at an index computed from the position")
+        self.max_pos = self.max_pos or S
+        for p in probe_positions(S):
+            got = self.posgraph.value(index, p).reshape(-1).tolist()
+            if got != [p]:
+                self.fail(f"the KV cache {c.name} is written at {got} for position {p}, not at the position")
+        x = self.vec(values)
+        vm = meta(values)
+        if squeezed(vm.shape) != squeezed((kv, hd)):
+            self.fail(f"the value written into {c.name} has shape {list(vm.shape)}, not [kv_heads={kv}, head_dim={hd}]")
+        dtype = DTYPE_NAMES[c.tensor.dtype]
+        saved, self.scope = self.scope, c.name.rsplit(".", 1)[0]
+        attrs = {"name": c.name}
+        if x in self.half_rotated:   # the kernel's rows hold head dims (j, j + hd/2) as pairs (2j, 2j + 1)
+            attrs["view"] = [["rope_half_rows", hd]]
+        state = self.emit(Op.STATE, [], attrs, ValueType((kv, S, hd), dtype, 1), hint=short(c.name))
+        self.scope = saved
+        w = self.emit(Op.KV_WRITE, [state, x, self.pos_ir], hint="kv_write")
+        probe = (torch.arange(kv, dtype=torch.int32)[:, None, None] * S + torch.arange(S, dtype=torch.int32)[:, None]
+                 ).expand(kv, S, hd).reshape(c.tensor.shape)
+        out = Cache(w, kv, S, hd, probe)
+        self.env[cache] = out        # later reads of the buffer see this step's write
+        return out
+
+    def cache_view(self, n: fx.Node):
+        c = next(self.env[a] for a in flat_args(n) if isinstance(self.env.get(a), Cache))
+        if n.target not in SAME and n.target not in REORDER and n.target not in (aten.repeat_interleave.self_int, aten.repeat.default):
+            self.fail(f"unsupported op {op_name(n)} on a KV cache (only views, head repeats and attention)")
+        args = [c.probe if isinstance(a, fx.Node) and self.env.get(a) is c else a for a in n.args]
+        if n.target in CASTS:
+            return c
+        probe = n.target(*args, **{k: v for k, v in n.kwargs.items() if k != "output_size"})
+        return Cache(c.ir, c.kv, c.S, c.hd, probe)
+
+    def heads(self, c: Cache, nq: int, transposed: bool, gqa: bool = False) -> None:
+        """Check that a viewed cache gives query head h the rows of KV head h // (nq / kv), all positions
+        in order (the IR's GQA); transposed: [.., hd, S] (k^T)."""
+        p = c.probe
+        if transposed:
+            p = p.transpose(-1, -2)
+        if p.dim() < 3 or p.shape[-2:] != (c.S, c.hd):
+            self.fail(f"attention over a KV cache seen as {list(c.probe.shape)}, not [.., heads, positions, head_dim]")
+        p = p.reshape(-1, c.S, c.hd)
+        h = p.shape[0]
+        if gqa and h == c.kv:
+            return
+        if h != nq or nq % c.kv:
+            self.fail(f"attention of {nq} query heads over {h} cache heads ({c.kv} KV heads)")
+        g = nq // c.kv
+        want = ((torch.arange(nq) // g)[:, None] * c.S + torch.arange(c.S)[None, :]).to(p.dtype)
+        if not bool((p == want[:, :, None]).all()):
+            self.fail("query heads must use the KV heads repeated in order (repeat_interleave or expand "
+                      "over a new axis after the KV-head axis)")
+
+    def check_mask(self, mask, kind: str):
+        if mask is None:
+            self.fail("attention over a static KV cache needs a causal mask (without one it reads unwritten rows)")
+        if not isinstance(self.env.get(mask), PosFn):
+            self.fail("an attention mask that depends on more than the position is not supported")
+        for p in probe_positions(self.max_pos):
+            m = self.posgraph.value(mask, p)
+            try:
+                allowed = causal_allowed(m, kind == "additive") if kind != "fill" else ~m.bool()
+            except ValueError as e:
+                self.fail(str(e))
+            if not is_causal_at(allowed, p):
+                self.fail(f"the attention mask at position {p} is not causal (positions 0..{p} of the cache)")
+
+    def check_scale(self, scale: float, hd: int):
+        if abs(scale * math.sqrt(hd) - 1.0) > 1e-5:
+            self.fail(f"attention scaled by {scale}: only 1/sqrt(head_dim) = {1 / math.sqrt(hd):.6g} is supported")
+
+    def attention(self, q: str, k: Cache, v: Cache) -> Vec:
+        return Vec(self.emit(Op.ATTENTION, [q, k.ir, v.ir, self.pos_ir], hint="attn"))
+
+    def sdpa(self, n: fx.Node):
+        names = ["query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa"]
+        a = dict(zip(names, n.args))
+        a.update(n.kwargs)
+        q = self.vec(a["query"])
+        k, v = self.env.get(a["key"]), self.env.get(a["value"])
+        if not (isinstance(k, Cache) and isinstance(v, Cache)):
+            self.fail("scaled_dot_product_attention must attend over the KV cache")
+        qm = meta(a["query"])
+        if len(squeezed(qm.shape)) > 2 or qm.shape[-2] != 1:
+            self.fail(f"attention of a query of shape {list(qm.shape)}: one token at a time only")
+        nq, hd = qm.numel() // qm.shape[-1], qm.shape[-1]
+        if a.get("is_causal"):
+            self.fail("is_causal=True with one query attends only position 0 of the cache (top-left causal); "
+                      "pass a mask of positions <= pos instead")
+        if a.get("dropout_p", 0.0):
+            self.fail("attention dropout is not supported")
+        for c in (k, v):
+            self.heads(c, nq, False, bool(a.get("enable_gqa")))
+        self.check_mask(a.get("attn_mask"), "bool" if meta(a.get("attn_mask")) is not None and
+                        meta(a["attn_mask"]).dtype == torch.bool else "additive")
+        if a.get("scale") is not None:
+            self.check_scale(a["scale"], hd)
+        return self.attention(q, k, v)
+
+    def written_attention(self, n: fx.Node):
+        t, args = n.target, n.args
+        k = [self.env.get(x) if isinstance(x, fx.Node) else x for x in args]
+        if t in MATMUL and isinstance(k[1], Cache) and not isinstance(k[0], Scores):
+            qm = meta(args[0])
+            nq = qm.numel() // qm.shape[-1]
+            self.heads(k[1], nq, True)
+            return Scores(self.vec(args[0]), k[1])
+        if not isinstance(k[0], Scores):
+            if t in MATMUL:
+                self.fail(f"{op_name(n)} of two activations is only supported inside attention (q @ k^T, p @ v)")
+            self.fail(f"unsupported op {op_name(n)} on attention scores")
+        s = k[0]
+        if t in CASTS or t in SAME:
+            return s
+        if t in (aten.mul.Tensor, aten.div.Tensor) and isinstance(k[1], (int, float)) and not s.probs:
+            f = 1.0 / k[1] if t is aten.div.Tensor else k[1]
+            return Scores(s.q, s.k, s.scale * f, s.mask)
+        if t is aten.add.Tensor and isinstance(k[1], PosFn) and s.mask is None:
+            return Scores(s.q, s.k, s.scale, (args[1], "additive"))
+        if t in (aten.masked_fill.Scalar, aten.masked_fill.Tensor) and isinstance(k[1], PosFn) and s.mask is None:
+            if not (isinstance(args[2], float) and args[2] <= -1e4):
+                self.fail("masked_fill of attention scores must fill with -inf")
+            return Scores(s.q, s.k, s.scale, (args[1], "fill"))
+        if t in SOFTMAX and not s.probs:
+            if args[1] % meta(args[0]).dim() != meta(args[0]).dim() - 1:
+                self.fail("softmax of attention scores must be over the cache positions (the last axis)")
+            return Scores(s.q, s.k, s.scale, s.mask, probs=True)
+        if t in MATMUL and s.probs and isinstance(k[1], Cache):
+            self.heads(k[1], self.types[s.q].shape[0] // s.k.hd, False)
+            self.check_mask(s.mask[0] if s.mask else None, s.mask[1] if s.mask else "")
+            self.check_scale(s.scale, s.k.hd)
+            return self.attention(s.q, s.k, k[1])
+        self.fail(f"unsupported op {op_name(n)} on attention scores")
+
+
+# ---------------------------------------------------------------- weights seen through views

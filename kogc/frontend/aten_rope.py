@@ -1,0 +1,135 @@
+"""RoPE for kogc.frontend.aten: the ops between a projection and their use, when they are a function of
+that activation and the position alone, are a Region; where something uses it, it is probed
+(kogc.frontend.probe) and becomes one ROPE node. A mixin of AtenLowering."""
+from __future__ import annotations
+
+import torch
+import torch.fx as fx
+
+from ..ir.graph import Op
+from .aten_values import Const, PosFn, Region, Vec, flat_args, meta, op_name
+from .probe import probe_rope
+from .trace import user_frame
+
+
+class RopeLowering:
+    def region(self, n: fx.Node):
+        roots = set()
+        for a in flat_args(n):
+            if isinstance(a, fx.Node):
+                v = self.env.get(a)
+                if isinstance(v, Region):
+                    roots.add((v.root, v.ir))
+                elif isinstance(v, Vec):
+                    roots.add((a, v.ir))
+                elif not isinstance(v, (Const, PosFn)) and v is not None:
+                    self.fail(f"unsupported op {op_name(n)} on {self.describe(a)}")
+        if len({ir for _, ir in roots}) != 1:
+            self.fail(f"unsupported op {op_name(n)} (it combines several activations)")
+        root, ir = roots.pop()
+        return Region(root, ir, n)
+
+    def materialize(self, r: Region) -> str:
+        """The region as ROPE of its activation: probed at several positions (kogc.frontend.probe)."""
+        if r.node in self.ropes:
+            return self.ropes[r.node]
+        out, root = meta(r.node), meta(r.root)
+        where, self.where = self.where, user_frame(r.node.meta.get("stack_trace")) or self.where
+        if out is None or root is None or out.numel() != root.numel() or out.is_complex():
+            self.fail(f"unsupported op {op_name(r.node)} on an activation")
+        hd = out.shape[-1]
+
+        views = [a for a in self.aliases.get(r.ir, []) if meta(a) is not None] + [r.root]
+
+        def f(x, pos):     # every view of the activation replaced by the probe vector
+            subst = {a: x.reshape(meta(a).shape) for a in views}
+            return self.posgraph.value(r.node, pos, subst=subst, wide=True).reshape(-1)
+
+        sig = self.region_signature(r.node, set(views))
+        rope = self.probed.get(sig) if sig is not None else None
+        if rope is None:
+            rope = probe_rope(f, root.numel(), hd, self.max_pos or 1)
+            if sig is not None and rope is not None:
+                self.probed[sig] = rope
+        if rope is None:
+            self.fail(f"unsupported op {op_name(r.node)}: these ops on an activation are not a rotary "
+                      f"embedding (RoPE) kogc recognises")
+        src = r.ir
+        if rope.pairing == "half":      # rotate-half: the weight's rows reordered so that pairs interleave
+            mv = self.by_name(src)
+            if mv.op is not Op.MATVEC:
+                self.fail("rotate-half RoPE must act on a linear layer's output")
+            w = self.by_name(mv.inputs[0])
+            view = tuple(tuple(s) for s in w.attrs.get("view", []) if s[0] != "lane") + (("rope_half", hd),)
+            src = self.emit(Op.MATVEC, [self.leaf(self.param_const(w), 1, view), mv.inputs[1]], hint="rope_rows")
+        ir = self.emit(Op.ROPE, [src, self.pos_ir], self.rope_attrs(rope), hint="rope")
+        self.where = where
+        self.ropes[r.node] = ir
+        if rope.pairing == "half":
+            self.half_rotated.add(ir)
+        return ir
+
+    def region_signature(self, out: fx.Node, views: set) -> tuple | None:
+        """The region's computation as data: its ops in order, their constant arguments, the position
+        functions and constants it reads (by node) and the activation's shape. Two regions with the same
+        signature compute the same function (every layer's RoPE of the query, say): probed once."""
+        order, index = [], {}
+
+        def visit(n):   # (position functions are walked too: each layer computes its own views of a table)
+            if n in index or n in views or n.op == "placeholder" or isinstance(self.env.get(n), Const):
+                return
+            for a in flat_args(n):
+                if isinstance(a, fx.Node):
+                    visit(a)
+            index[n] = len(order)
+            order.append(n)
+
+        visit(out)
+
+        def arg(a):
+            if isinstance(a, (list, tuple)):
+                return tuple(arg(x) for x in a)
+            if not isinstance(a, fx.Node):
+                return a if isinstance(a, (int, float, bool, str, type(None))) else str(a)
+            if a in views:
+                return ("x", tuple(meta(a).shape))
+            if a in index:
+                return ("op", index[a])
+            c = self.env.get(a)
+            return ("const", c.name or id(c.tensor)) if isinstance(c, Const) else ("input", a.name)
+
+        try:
+            return tuple((str(n.target), arg(list(n.args)), arg(sorted(n.kwargs.items()))) for n in order)
+        except TypeError:
+            return None
+
+    def rope_attrs(self, rope) -> dict:
+        """ROPE's attrs: theta when the probed frequencies are theta^(-2j/hd) (within fp32 rounding), else
+        the list; the same attrs for every layer (the kernel holds one table), or an error."""
+        hd, f = rope.head_dim, torch.tensor(rope.inv_freq, dtype=torch.float64)
+        scale = 1.0 if abs(rope.scale - 1.0) < 1e-5 else rope.scale
+        theta = float(f[1] ** (-hd / 2)) if hd > 2 and f[1] > 0 else 0.0
+        if theta > 0:
+            std = theta ** (-torch.arange(0, hd, 2, dtype=torch.float64) / hd)
+            if torch.allclose(f, std, rtol=1e-5, atol=0):
+                theta = float(f"{theta:.6g}")       # 10000.0, not 9999.99997
+        attrs = {"head_dim": hd}
+        std = theta ** (-torch.arange(0, hd, 2, dtype=torch.float64) / hd) if theta > 0 else None
+        if std is not None and torch.allclose(f, std, rtol=1e-5, atol=0):
+            attrs["theta"] = theta
+        else:
+            attrs["inv_freq"] = [float(v) for v in f]
+        if scale != 1.0:
+            attrs["scale"] = scale
+        first = getattr(self, "_rope", None)
+        if first is None:
+            self._rope = attrs
+        elif first != attrs:
+            same = first.keys() == attrs.keys() and all(
+                torch.allclose(torch.tensor(first[k], dtype=torch.float64), torch.tensor(attrs[k], dtype=torch.float64),
+                               rtol=1e-5) for k in attrs)
+            if not same:
+                self.fail(f"RoPE differs between layers ({first} and {attrs}): kogc holds one table")
+        return dict(self._rope)
+
+    # ------------------------------------------------------------------ the KV cache
