@@ -6,6 +6,7 @@ import dataclasses
 import torch
 
 from .errors import KogcError
+from .fp8 import WEIGHT_FORMATS, Fp8Weight
 from .frontend import decode_step, to_ir
 from .runtime.kernel import CompiledKernel, weights_of
 from .scheduler import TileConfig, build_schedule
@@ -84,7 +85,8 @@ def runs_here(tgt: Target) -> bool:
 def compile(module: torch.nn.Module, target: str | None = None, device: str | None = None,
             interpret: bool | None = None, tile_config: TileConfig | None = None,
             num_programs: int | None = None, profile: bool | str = False, num_warps: int | None = None,
-            max_registers: int | None = None, gpus: int = 1, one_gpu: bool = False, max_len: int | None = None):
+            max_registers: int | None = None, gpus: int = 1, one_gpu: bool = False, max_len: int | None = None,
+            weights="model"):
     """Compile a decode-step module into one persistent kernel.
 
     `target`: h200 | h100 | mi300x; None: the GPU at hand's kind (mi300x on a ROCm build of PyTorch,
@@ -109,12 +111,19 @@ def compile(module: torch.nn.Module, target: str | None = None, device: str | No
     G processes, each process compiles and runs its own rank (kogc.runtime.distributed).
 
     A `transformers` causal LM is compiled as its decode step over a static KV cache of `max_len`
-    positions (default min(4096, the model's max_position_embeddings)): kogc.frontend.hf."""
+    positions (default min(4096, the model's max_position_embeddings)): kogc.frontend.hf.
+
+    weights: "model" streams the matvec weights in the model's dtype; "fp8" as FP8 E4M3 with one fp32
+    scale per row, quantized when the kernel is packed (kogc.fp8; embedding, norms and KV cache stay in
+    the model's dtype); a dict {parameter name: kogc.fp8.Fp8Weight} (kogc.fp8.from_state_dict of a
+    checkpoint) gives weights already in FP8, packed as they are, the others quantized."""
     target = target or default_target()
     module = decode_step(module, max_len)
+    tile_config, prequantized = weight_format(weights, tile_config,
+                                              interpret if interpret is not None else not runs_here(get_target(target)))
     if gpus != 1:
         return _compile_ranked(module, target, device, interpret, tile_config, num_programs, profile, num_warps,
-                               max_registers, gpus, one_gpu)
+                               max_registers, gpus, one_gpu, prequantized)
     tgt = get_target(target)
     if interpret is None:
         interpret = not runs_here(tgt)
@@ -125,13 +134,30 @@ def compile(module: torch.nn.Module, target: str | None = None, device: str | No
     placement = "sequential" if interpret else "parallel"
     cfg = tile_config_for(module, tgt, tile_config, interpret)
     schedule = build_schedule(graph, tgt, placement, cfg, num_programs=num_programs)
-    return CompiledKernel(graph, schedule, weights_of(module, graph), device, interpret, profile=profile,
+    return CompiledKernel(graph, schedule, weights_of(module, graph, prequantized), device, interpret, profile=profile,
                           num_warps=num_warps or tgt.num_warps,
                           max_registers=max_registers or tgt.max_registers)
 
 
+def weight_format(weights, tile_config: TileConfig | None, interpret: bool) -> tuple[TileConfig | None, dict]:
+    """compile's `weights` -> (the tile config with TileConfig.weights set, pre-quantized weights by name)."""
+    prequantized = {}
+    if isinstance(weights, dict):
+        bad = [k for k, v in weights.items() if not isinstance(v, Fp8Weight)]
+        if bad:
+            raise KogcError(f"weights: a dict gives pre-quantized weights as kogc.fp8.Fp8Weight; {bad[0]} is a "
+                            f"{type(weights[bad[0]]).__name__}")
+        prequantized, weights = weights, "fp8"
+    if weights not in WEIGHT_FORMATS:
+        raise KogcError(f"weights={weights!r}: one of {', '.join(WEIGHT_FORMATS)}, or a dict of kogc.fp8.Fp8Weight")
+    if weights == "model" or (tile_config is not None and tile_config.weights == weights):
+        return tile_config, prequantized     # (a tile config may ask for fp8 itself)
+    base = tile_config or INTERPRETER_TILES if interpret else tile_config or TileConfig()
+    return dataclasses.replace(base, weights=weights), prequantized
+
+
 def _compile_ranked(module, target, device, interpret, tile_config, num_programs, profile, num_warps, max_registers,
-                    gpus, one_gpu):
+                    gpus, one_gpu, prequantized=None):
     from .ir.shard import check_shardable
     from .runtime.ranks import RankedKernel
     from .scheduler.ranks import build_rank_schedules
@@ -144,7 +170,7 @@ def _compile_ranked(module, target, device, interpret, tile_config, num_programs
         from .runtime import distributed
         if distributed.launched():
             return distributed.compile_rank(module, graph, tgt, tile_config, num_programs, num_warps, max_registers,
-                                            gpus, profile)
+                                            gpus, profile, prequantized)
         if not one_gpu:
             raise KogcError(f"gpus={gpus}: start one process per GPU (torchrun --nproc-per-node {gpus}, or "
                             f"`kogc run/bench --gpus {gpus}`), or pass one_gpu=True to run every rank on this GPU")
@@ -156,6 +182,6 @@ def _compile_ranked(module, target, device, interpret, tile_config, num_programs
     # one GPU shared by the ranks: each gets its share of the resident programs
     programs = num_programs or (None if interpret else max(1, tgt.num_programs // gpus))
     schedules = build_rank_schedules(graph, gpus, tgt, placement, cfg, num_programs=programs)
-    return RankedKernel(graph, schedules, weights_of(module, graph), device, interpret,
+    return RankedKernel(graph, schedules, weights_of(module, graph, prequantized), device, interpret,
                         num_warps=num_warps or tgt.num_warps, max_registers=max_registers or tgt.max_registers,
                         profile=profile)

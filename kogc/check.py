@@ -136,8 +136,10 @@ def run_check(model_file: str, preset: str | None, steps: int = 256, generate: i
               prompt=DEFAULT_PROMPT, fp32_ref: bool = False, seed: int = 0, checkpoint: str | None = None,
               overrides: dict | None = None, tile_config=None, interpret: bool = False,
               max_rel_err: float | None = None, quiet: bool = False, gpus: int = 1, one_gpu: bool = False,
-              repeats: int = 20) -> dict:
-    """Compile the model and run both checks; returns the results with "passed" and "failures"."""
+              repeats: int = 20, weights: str = "model") -> dict:
+    """Compile the model and run both checks; returns the results with "passed" and "failures".
+    weights="fp8": the kernel streams FP8 weights, and eager runs the same quantized weights
+    (kogc.fp8.fake_quantize_module); the kernel with the model's weights is compared too (reported)."""
     from .api import compile as kogc_compile
     from .frontend.model_file import build_model
 
@@ -162,8 +164,8 @@ def run_check(model_file: str, preset: str | None, steps: int = 256, generate: i
         torch.cuda.synchronize()
         mem0 = torch.cuda.memory_allocated()
     t0 = time.perf_counter()
-    ck = kogc_compile(model, interpret=interpret, tile_config=tile_config, gpus=gpus, one_gpu=one_gpu)
-    res["gpus"] = gpus
+    ck = kogc_compile(model, interpret=interpret, tile_config=tile_config, gpus=gpus, one_gpu=one_gpu, weights=weights)
+    res["gpus"], res["weights"] = gpus, weights
     if gpus > 1:
         res["ranks_on"] = ranks_on(gpus, interpret, one_gpu)
     res["compile_s"] = time.perf_counter() - t0
@@ -182,6 +184,15 @@ def run_check(model_file: str, preset: str | None, steps: int = 256, generate: i
         if used > needed * MEMORY_RATIO_MAX + MEMORY_SLACK:
             failures.append(f"memory: kogc allocated {used / needed:.3f}x the bytes its buffers need (more than "
                             f"{MEMORY_RATIO_MAX}x + {MEMORY_SLACK >> 20} MiB)")
+    if weights == "fp8":
+        if steps:
+            _progress(f"{steps} steps of the FP8 kernel against the kernel with the model's weights", quiet)
+            full = kogc_compile(model, interpret=interpret, tile_config=tile_config)
+            res["fp8_vs_model_weights"] = _against_model_weights(ck, full, steps, prompt[0])
+            full = None
+            ck.reset()
+        from .fp8 import fake_quantize_module
+        res["fake_quantized"] = len(fake_quantize_module(model, ck.ir, ck.schedule.weight_format))
     ref32 = None
     if fp32_ref:
         ref32 = copy.deepcopy(model).float().to(device)
@@ -232,6 +243,20 @@ def run_check(model_file: str, preset: str | None, steps: int = 256, generate: i
     res["failures"] = failures
     res["passed"] = not failures
     return res
+
+
+def _against_model_weights(ck, full, steps: int, token: int) -> dict:
+    """The FP8 kernel `ck` against the kernel `full` streaming the model's own weights, both fed the
+    tokens `full` picks: relative error of the logits and top-1 agreement per step (a report of what
+    FP8 changes; with random weights not a quality figure)."""
+    errs, agree, tok = [], 0, token
+    for pos in range(steps):
+        logits, got = ck.step(tok, pos)
+        ref, want = full.step(tok, pos)
+        errs.append(rel_err(logits.float(), ref.float()))
+        agree += int(got == want)
+        tok = want
+    return {"steps": steps, "max_rel_err": max(errs), "mean_rel_err": sum(errs) / steps, "top1_agreement": agree / steps}
 
 
 def _check_steps(ck, eager, ref32, steps: int, token: int, device: str, ties: torch.dtype) -> dict:
@@ -369,6 +394,11 @@ def format_check(res: dict) -> str:
                          f"{f['eager_mean_rel_err']:.2e}; argmax misses kogc {f['kogc_argmax_misses']}, eager "
                          f"{f['eager_argmax_misses']} -> kogc "
                          + ("no farther than eager" if f["kogc_no_farther_than_eager"] else "FARTHER than eager"))
+    q = res.get("fp8_vs_model_weights")
+    if q:
+        lines.append(f"FP8 weights against the kernel with the model's weights ({q['steps']} steps, its tokens): "
+                     f"relative error max {q['max_rel_err']:.2e} mean {q['mean_rel_err']:.2e}, top-1 agreement "
+                     f"{q['top1_agreement']:.1%} (eager above ran the same FP8 weights)")
     g = res.get("generation")
     if g:
         lines.append(f"generation: {g['tokens']} tokens in one launch, {g['equal_eager_argmax']} equal eager's argmax, "

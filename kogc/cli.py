@@ -18,6 +18,17 @@ def _tile_config(text: str | None):
     return tile_config_from_json(text) if text else None
 
 
+def _tile_json(args) -> str | None:
+    """--tile-config with --weights merged in (for the commands that schedule without kogc.compile)."""
+    import json
+    if getattr(args, "weights", "model") == "model":
+        return args.tile_config
+    fields = json.loads(args.tile_config) if args.tile_config else {}
+    if not isinstance(fields, dict):
+        return args.tile_config       # (tile_config_from_json names the error)
+    return json.dumps({**fields, "weights": args.weights})
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse with kogc's one-line errors: `kogc: error: ...`, exit code 2."""
 
@@ -251,7 +262,7 @@ def cmd_compile(args) -> int:
     from .codegen.render import render
     from .scheduler import SchedulerError, build_schedule
     _progress(2, total, f"IR has {len(graph.nodes)} nodes; scheduling for {target.name}", t0)
-    cfg = tile_config_for(model, target, _tile_config(args.tile_config))
+    cfg = tile_config_for(model, target, _tile_config(_tile_json(args)))
     if args.gpus != 1:
         from .cli_ranks import compile_ranks
         return compile_ranks(args, graph, target, cfg, t0, total)
@@ -305,7 +316,7 @@ def format_tasks(schedule) -> str:
 
 def format_queues(schedule) -> str:
     per = schedule.weight_elems_per_program()
-    lines = ["# program: tasks, weight elements, first..last task"]
+    lines = ["# program: tasks, weight stream elements, first..last task"]
     for p, q in enumerate(schedule.queues):
         lines.append(f"{p}: {len(q)} tasks, {per[p]} weights, {q[0] if q else '-'}..{q[-1] if q else '-'}")
     return "\n".join(lines)
@@ -401,7 +412,7 @@ def cmd_bench(args) -> int:
         save = (lambda res: _write_json(res, args.json, quiet=True)) if args.json else None
         res = run_scaling(args.model_file, [None] if args.checkpoint else presets, contexts, steps=args.steps,
                           reps=args.reps, interpret=args.interpret, checkpoint=args.checkpoint, overrides=overrides,
-                          tile_config=_tile_config(args.tile_config), on_row=save)
+                          tile_config=_tile_config(_tile_json(args)), on_row=save)
         print(format_scaling(res))
         if args.json:
             _write_json(res, args.json)
@@ -422,7 +433,8 @@ def cmd_bench(args) -> int:
         res = run_bench(args.model_file, presets[0] if not args.checkpoint else None, context=contexts[0],
                         steps=args.steps, reps=args.reps, baselines=baselines, interpret=args.interpret,
                         profile=args.profile, checkpoint=args.checkpoint, overrides=overrides,
-                        kogc_options={"tile_config": _tile_config(args.tile_config)}, task_times=args.task_times)
+                        kogc_options={"tile_config": _tile_config(args.tile_config), "weights": args.weights},
+                        task_times=args.task_times)
     except ValueError as e:
         return _fail(str(e))
     print(format_table(res))
@@ -465,7 +477,7 @@ def cmd_check(args) -> int:
                     fp32_ref=args.fp32_ref, seed=args.seed, checkpoint=args.checkpoint,
                     overrides=model_overrides(args),
                     tile_config=_tile_config(args.tile_config), interpret=args.interpret,
-                    max_rel_err=args.max_rel_err, gpus=args.gpus, one_gpu=args.one_gpu)
+                    max_rel_err=args.max_rel_err, gpus=args.gpus, one_gpu=args.one_gpu, weights=args.weights)
     print(format_check(res))
     if args.json:
         _write_json(res, args.json)
@@ -480,7 +492,7 @@ def cmd_sweep(args) -> int:
     res = run_sweep(args.model_file, None if args.checkpoint else args.config, args.variants,
                     _ints(args.context, "--context"), steps=args.steps, reps=args.reps, interpret=args.interpret,
                     checkpoint=args.checkpoint, overrides=model_overrides(args),
-                    out_dir=args.out, json_path=args.json, tile_config=args.tile_config)
+                    out_dir=args.out, json_path=args.json, tile_config=_tile_json(args))
     if args.json:
         print(f"wrote {args.json}", file=sys.stderr)
     return 0 if res["passed"] else 1
@@ -492,7 +504,7 @@ def cmd_analyze(args) -> int:
         return _fail("--first-layers must be >= 0 and --programs >= 1")
     res, text = analyze(args.analysis, args.task_times, latencies=_floats(args.latency_us, "--latency-us"),
                         first_layers_n=args.first_layers, model_file=args.model_file, preset=args.config,
-                        checkpoint=args.checkpoint, lanes=args.lanes, tile_config=args.tile_config,
+                        checkpoint=args.checkpoint, lanes=args.lanes, tile_config=_tile_json(args),
                         target=args.target, num_programs=args.programs)
     print(text)
     if args.json:
@@ -535,7 +547,7 @@ def cmd_run(args) -> int:
     print(f"[run] built {args.checkpoint or args.config or args.model_file} ({time.perf_counter() - t0:.1f}s); compiling",
           file=sys.stderr)
     ck = kogc_compile(model, interpret=args.interpret, tile_config=_tile_config(args.tile_config), gpus=args.gpus,
-                      one_gpu=args.one_gpu, profile=bool(args.profile))
+                      one_gpu=args.one_gpu, profile=bool(args.profile), weights=args.weights)
     ck.check_generate(prompt, args.max_new_tokens, args.temperature, args.top_k, args.top_p, args.seed, args.eos_id)
     if not args.interpret:   # keep one-time work out of the timings: the kernel's first compile, the
         # step-closure proof (a walk over every task) and the pinned token buffer

@@ -27,6 +27,9 @@ def model_args(p: argparse.ArgumentParser, default_config: str | None) -> None:
                    help="positions of the static KV cache: a transformers model's (default min(4096, its maximum)), or "
                         "passed to a model file's kogc_model as max_len (examples/llama.py takes it)")
     p.add_argument("--lanes", type=int, help="override the preset's num_lanes")
+    p.add_argument("--weights", choices=("model", "fp8"), default="model",
+                   help="how the kernel stores matvec weights: model (its dtype, the default) or fp8 (E4M3 with one "
+                        "fp32 scale per row, quantized when packed: half the bytes of fp16)")
     p.add_argument("--tile-config", metavar="JSON",
                    help='schedule settings instead of the defaults, e.g. \'{"attn_splits": 32}\' '
                         "(fields of kogc.scheduler.TileConfig)")

@@ -16,7 +16,6 @@ import numpy as np
 
 from ..errors import KogcError
 from ..runtime.profile import kind_key
-from ..scheduler.tile import ESIZE
 
 # task kind (profile.kind_key) -> the phase of a layer it belongs to
 PHASE_OF = {"matvec/rmsnorm/rope_store": "QKV", "matvec/rmsnorm/rope_cache": "QKV", "matvec/rmsnorm/cache": "QKV",
@@ -97,7 +96,7 @@ def weight_rate(schedule, ids: np.ndarray, ts: np.ndarray, until_us: float, widt
         w = schedule.tasks[int(tid)].weight
         k = int(ts[j, 2] / 1e3 // width_us)
         if w is not None and k < len(out):
-            out[k] += w.numel * ESIZE[schedule.dtype]
+            out[k] += w.nbytes
     return [float(b / (width_us * 1e-6) / 1e12) for b in out]
 
 

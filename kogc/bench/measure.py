@@ -21,6 +21,7 @@ class Row:
         if not self.ms:
             return {"name": self.name, "error": self.error}
         med = statistics.median(self.ms)
+        floor_bytes = self.extra.get("floor_bytes", floor_bytes)     # a row with its own bytes per token
         return {"name": self.name, "ms_median": med, "ms_min": min(self.ms), "ms_max": max(self.ms),
                 "ms_reps": self.ms, "tok_per_s": 1e3 / med, "TBps": floor_bytes / (med * 1e-3) / 1e12, **self.extra}
 
@@ -69,7 +70,7 @@ def bytes_per_token(ck, pos: int) -> int:
     """What one decode step must read: every streamed weight, one embedding row, the norm scales,
     and the KV cache up to `pos` (keys and values of every layer and lane)."""
     es = ESIZE[ck.schedule.dtype]
-    weights = sum(t.weight.numel for t in ck.schedule.tasks if t.weight) * es
+    weights = sum(ck.schedule.weight_bytes_per_program())     # as stored: FP8 weights with their scales
     emb_row = ck.buffers.EMB.shape[-1] * es if ck.buffers.EMB.dim() == 2 else 0
     kv = 0
     for op in ck.schedule.ops:

@@ -6,8 +6,10 @@ from types import SimpleNamespace
 
 import jinja2
 
+from ..fp8 import TRITON_TYPES
 from ..scheduler import Schedule
-from ..scheduler.tile import ESIZE, next_pow2
+from ..scheduler.tasks import stream_layout
+from ..scheduler.tile import next_pow2
 from ..scheduler import tasks as T
 from ..scheduler.schedule import HEADER
 
@@ -34,7 +36,8 @@ def render(schedule: Schedule, kernel_name: str = KERNEL_NAME, interpret: bool =
         nargs=T.NARGS, header=HEADER, A=ARG_NAMES, kernel_name=kernel_name, timer_asm=schedule.target.timer_asm,
         walign=weight_alignment(schedule), aalign=activation_alignment(schedule),
         kalign=attention_alignment(schedule), valign=vector_alignment(schedule),
-        prefetch_asm=schedule.target.l2_prefetch_asm, line_elems=128 // ESIZE[schedule.dtype],
+        prefetch_asm=schedule.target.l2_prefetch_asm, line_elems=128 // schedule.weight_esize,
+        scaled=int(schedule.tile_config.weights == "fp8"), esize=schedule.weight_esize,
         # (a prefetch changes no value: left out under the interpreter, which has no inline assembly)
         step_prefetch_elems=0 if interpret else step_prefetch_elements(schedule), token_keys=T.TOKEN_KEYS,
         npeer=schedule.ranks - 1, remote_bit=T.REMOTE_BIT,
@@ -54,11 +57,13 @@ def _pow2_divisor(values, cap: int = 16) -> int:
 
 _ENV.filters["pow2_divisor"] = _pow2_divisor     # e.g. a masked matvec row's alignment: [K, WALIGN]
 _ENV.filters["next_pow2"] = next_pow2
+# a matvec variant's tile in the weight stream: (where its scales start, its length), from (R, K, esize, scaled)
+_ENV.filters["stream_layout"] = lambda v, esize, scaled: stream_layout(v[1], v[2], esize, bool(scaled))
 TL_DTYPES = {"float32": "tl.float32", "float16": "tl.float16", "bfloat16": "tl.bfloat16"}
 
 
 def weight_alignment(schedule: Schedule) -> int:
-    return _pow2_divisor(t.weight.numel for t in schedule.tasks if t.weight)
+    return _pow2_divisor(t.weight.stream_elems for t in schedule.tasks if t.weight)
 
 
 def activation_alignment(schedule: Schedule) -> int:
@@ -73,7 +78,7 @@ STEP_PREFETCH_BYTES = 32 * 1024    # of its weight stream each program asks L2 f
 def step_prefetch_elements(schedule: Schedule) -> int:
     """Elements of the next step's weight stream a program asks L2 for at the end of a step (whole
     128-byte lines), on a target with a prefetch instruction; 0 elsewhere."""
-    return STEP_PREFETCH_BYTES // ESIZE[schedule.dtype] if schedule.target.l2_prefetch_asm else 0
+    return STEP_PREFETCH_BYTES // schedule.weight_esize if schedule.target.l2_prefetch_asm else 0
 
 
 VECTOR_KINDS = ("embed", "residual", "final_norm", "argmax", "send")   # bodies over whole vectors (D or a block)
@@ -107,7 +112,8 @@ def attention_alignment(schedule: Schedule) -> int:
 def signature(schedule: Schedule) -> tuple[dict[str, str], dict[str, object]]:
     """Argument types for ahead-of-time compilation (triton.compile), and the constexprs."""
     dt = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}[schedule.dtype]
-    sig = {"W": f"*{dt}", "WOFF": "*i64", "TABLE": "*i32", "QLEN": "*i32", "ACT": f"*{dt}", "F32": "*fp32",
+    wdt = TRITON_TYPES.get(schedule.weight_format, dt)     # FP8 weights: fp8e4nv (NVIDIA) or fp8e4b8 (gfx942)
+    sig = {"W": f"*{wdt}", "WOFF": "*i64", "TABLE": "*i32", "QLEN": "*i32", "ACT": f"*{dt}", "F32": "*fp32",
            "KV": f"*{dt}", "SMALL": f"*{dt}", "EMB": f"*{dt}", "COS": "*fp32", "SIN": "*fp32", "CNT": "*i32",
            "ERR": "*i32", "OUT": "*i32", "PROF": "*i64", "PEERS": "*i64", "token": "i32",
            "pos0": "i32", "epoch0": "i32", "limit": "i32", "nsteps": "i32", "eos": "i32", "seed": "i64", "temperature": "fp32", "top_k": "i32",

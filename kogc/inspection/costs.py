@@ -34,7 +34,9 @@ def task_us(ins) -> list[float]:
 
 
 def weight_bytes(ins, t) -> int:
-    return t.weight.numel * ins.esize if t.weight is not None else 0
+    if t.weight is None:
+        return 0
+    return t.weight.nbytes if t.weight.scaled else t.weight.numel * ins.esize   # (FP8: with its scales)
 
 
 def cost_model_name(ins) -> str:

@@ -6,9 +6,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from ..fp8 import FORMATS, Fp8Weight, quantize
 from ..ir.executor import TORCH_DTYPES, rope_angles
 from ..ir.graph import Op
 from ..scheduler import Schedule
+from ..scheduler.tasks import stream_layout
 
 
 @dataclass
@@ -40,14 +42,17 @@ class Buffers:
         return {k: v.numel() * v.element_size() for k, v in self.__dict__.items()}
 
 
-def pack_weights(schedule: Schedule, weights: dict[str, torch.Tensor], device) -> tuple[torch.Tensor, torch.Tensor]:
-    """One contiguous stream per program: its tasks' weight tiles in the order it runs them.
+def pack_weights(schedule: Schedule, weights: dict, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """One contiguous stream per program: its tasks' weight tiles in the order it runs them. FP8
+    (TileConfig.weights): each tile's values, then its rows' fp32 scales (kogc.scheduler.tasks.stream_layout),
+    quantized here from the model's weights, or taken as they are from pre-quantized ones (kogc.fp8.Fp8Weight).
 
     Built on the host and copied once, so the device holds only the packed copy."""
-    dtype = TORCH_DTYPES[schedule.dtype]
+    fp8 = schedule.tile_config.weights == "fp8"
+    dtype = FORMATS[schedule.weight_format] if fp8 else TORCH_DTYPES[schedule.dtype]
     per_prog = schedule.weight_elems_per_program()
     offsets = np.concatenate([[0], np.cumsum(per_prog)]).astype(np.int64)
-    stream = torch.empty(int(offsets[-1]) + 16, dtype=dtype)
+    stream = torch.zeros(int(offsets[-1]) + 16, dtype=torch.uint8 if fp8 else dtype)
     host = {}
     for p, q in enumerate(schedule.queues):
         at = int(offsets[p])
@@ -56,12 +61,33 @@ def pack_weights(schedule: Schedule, weights: dict[str, torch.Tensor], device) -
             if w is None:
                 continue
             if w.param not in host:
-                host[w.param] = weights[w.param].detach().to("cpu", dtype)
+                host[w.param] = _host_weight(weights[w.param], schedule) if fp8 else \
+                    weights[w.param].detach().to("cpu", dtype)
             src = host[w.param]
-            tile = (src[w.lane] if w.lane >= 0 else src)[w.row0:w.row0 + w.rows]
-            stream[at:at + w.numel] = tile.reshape(-1)
-            at += w.numel
+            if fp8:
+                q8, scale = src
+                rows = slice(w.row0, w.row0 + w.rows)
+                tile = (q8[w.lane] if w.lane >= 0 else q8)[rows]
+                s = (scale[w.lane] if w.lane >= 0 else scale)[rows]
+                soff, n = stream_layout(w.rows, w.cols, 1, True)
+                stream[at:at + w.numel] = tile.reshape(-1)
+                stream[at + soff:at + soff + 4 * w.rows] = s.contiguous().view(torch.uint8)
+                at += n
+            else:
+                tile = (src[w.lane] if w.lane >= 0 else src)[w.row0:w.row0 + w.rows]
+                stream[at:at + w.numel] = tile.reshape(-1)
+                at += w.numel
+    if fp8:
+        stream = stream.view(dtype)
     return stream.to(device), torch.tensor(offsets, dtype=torch.int64, device=device)
+
+
+def _host_weight(w, schedule: Schedule) -> tuple[torch.Tensor, torch.Tensor]:
+    """A weight as the FP8 stream holds it: (values as uint8, fp32 scales per row) in the target's
+    format, quantized from the model's weight or converted from a pre-quantized one (exact)."""
+    fmt = schedule.weight_format
+    qw = w.to_format(fmt) if isinstance(w, Fp8Weight) else quantize(w.detach().to("cpu"), fmt)
+    return qw.q.to("cpu").view(torch.uint8), qw.scale.to("cpu", torch.float32)
 
 
 def allocate(schedule: Schedule, weights: dict[str, torch.Tensor], device, profile: bool | str = False,

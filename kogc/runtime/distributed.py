@@ -57,7 +57,7 @@ def relaunch(gpus: int, argv: list[str]) -> int:
 
 
 def compile_rank(module, graph, target, tile_config, num_programs, num_warps, max_registers, gpus: int,
-                 profile: bool | str = False):
+                 profile: bool | str = False, prequantized=None):
     import torch.distributed as dist
     import torch.distributed._symmetric_memory as symm_mem
 
@@ -88,7 +88,7 @@ def compile_rank(module, graph, target, tile_config, num_programs, num_warps, ma
         shared.append(t)
         return t
 
-    k = CompiledKernel(schedules[rank].graph, schedules[rank], weights_of(module, graph), device, False,
+    k = CompiledKernel(schedules[rank].graph, schedules[rank], weights_of(module, graph, prequantized), device, False,
                        num_warps=num_warps or tgt.num_warps, max_registers=max_registers or tgt.max_registers,
                        peer_visible=peer_visible, profile=profile)
     group = dist.group.WORLD.group_name

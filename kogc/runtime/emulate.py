@@ -25,7 +25,7 @@ def step_task_by_task(ck: CompiledKernel, token: int, pos: int) -> tuple[torch.T
         for tid in q:
             offs.append(at)
             w = s.tasks[tid].weight
-            at += w.numel if w is not None else 0
+            at += w.stream_elems if w is not None else 0
         woff.append(offs)
     one = torch.ones(1, dtype=b.QLEN.dtype)
     for tid in run_order(s.tasks, s.events, s.queues):

@@ -226,20 +226,43 @@ class CompiledKernel:
                 f"device={self.device}, programs={len(self.schedule.queues)}, tasks={len(self.schedule.tasks)})")
 
 
-def weights_of(module: torch.nn.Module, graph: Graph) -> dict[str, torch.Tensor]:
+def weights_of(module: torch.nn.Module, graph: Graph, prequantized: dict | None = None) -> dict:
     """Every PARAM's tensor by its name; a PARAM that is a view of a parameter (attrs "source", "view":
-    a transposed, row-sliced or reordered weight from kogc.frontend.aten) derived from it."""
+    a transposed, row-sliced or reordered weight from kogc.frontend.aten) derived from it. A parameter
+    in `prequantized` (kogc.fp8.Fp8Weight by the module's parameter name) is taken from there."""
     from ..frontend.views import derive_step
     params = dict(module.named_parameters(remove_duplicate=False))
     params.update(dict(module.named_buffers(remove_duplicate=False)))
+    prequantized = prequantized or {}
+    unknown = sorted(set(prequantized) - set(params))
+    if unknown:
+        raise KogcError(f"pre-quantized weight {unknown[0]}: the model has no parameter of that name")
     out = {}
     for n in graph.nodes:
         if n.op is Op.PARAM:
-            t = params[n.attrs.get("source", n.attrs["name"])]
+            source = n.attrs.get("source", n.attrs["name"])
+            if source in prequantized:
+                out[n.attrs["name"]] = _fp8_view(prequantized[source], n.attrs.get("view", ()), source, derive_step)
+                continue
+            t = params[source]
             for step in n.attrs.get("view", ()):
                 t = derive_step(t, step)
             out[n.attrs["name"]] = t
     return out
+
+
+def _fp8_view(w, steps, name: str, derive_step):
+    """A pre-quantized weight seen through the IR's view of it: the values and each value's scale take
+    the same steps; the scales must still be one per row of the view (a transposed use is refused)."""
+    from ..fp8 import Fp8Weight
+    q = w.q.view(torch.uint8)
+    s = w.scale.float()[..., None].expand(w.q.shape)
+    for step in steps:
+        q, s = derive_step(q, step), derive_step(s, step)
+    if q.dim() < 2 or not torch.equal(s.amax(-1), s.amin(-1)):
+        raise KogcError(f"pre-quantized weight {name}: the model uses it with its rows' scales across its "
+                        f"inputs (view {list(steps)}); kogc needs one scale per output row")
+    return Fp8Weight(q.contiguous().view(w.q.dtype), s[..., 0].contiguous())
 
 
 def fill_kv_from(ck: CompiledKernel, module: torch.nn.Module) -> None:

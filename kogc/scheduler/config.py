@@ -5,6 +5,7 @@ import dataclasses
 import json
 from dataclasses import dataclass
 
+from ..fp8 import WEIGHT_FORMATS
 from .errors import SchedulerError
 
 
@@ -27,6 +28,8 @@ class TileConfig:
                                       # (a profile's "matvec/rmsnorm/store": 2.7, ...); others: bytes.
                                       # None: the model's shipped profile for the target, if any
                                       # (kogc.api.tile_config_for), else bytes; {}: bytes only
+    weights: str = "model"            # how matvec weights are stored: "model" (the model's dtype) or "fp8"
+                                      # (E4M3, one fp32 scale per row: kogc.fp8; half the bytes of fp16)
 
 
 def _pow2(x) -> bool:
@@ -52,6 +55,8 @@ def validate(cfg: TileConfig, target=None) -> TileConfig:
         bad("lane_group_stagger", "must be a number >= 0")
     if not isinstance(cfg.place_latency_us, (int, float)) or cfg.place_latency_us < 0:
         bad("place_latency_us", "must be a number >= 0")
+    if cfg.weights not in WEIGHT_FORMATS:
+        bad("weights", f"must be one of {', '.join(WEIGHT_FORMATS)}")
     if cfg.kind_us is not None:
         if not isinstance(cfg.kind_us, dict) or not all(
                 isinstance(k, str) and isinstance(v, (int, float)) and v > 0 for k, v in cfg.kind_us.items()):

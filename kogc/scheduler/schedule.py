@@ -101,14 +101,28 @@ class Schedule:
                 table[p, i, :len(row)] = row
         return table, np.array([len(q) for q in self.queues], dtype=np.int32)
 
+    @property
+    def weight_format(self) -> str:
+        """How the weight stream stores matvec weights: the model's dtype, or an FP8 format (kogc.fp8)."""
+        return self.target.fp8_format if self.tile_config.weights == "fp8" else self.dtype
+
+    @property
+    def weight_esize(self) -> int:
+        """Bytes per element of the weight stream."""
+        return 1 if self.tile_config.weights == "fp8" else ESIZE[self.dtype]
+
     def weight_elems_per_program(self) -> list[int]:
-        return [sum(self.tasks[t].weight.numel for t in q if self.tasks[t].weight) for q in self.queues]
+        """Each program's weight stream in elements (FP8: with the rows' scales)."""
+        return [sum(self.tasks[t].weight.stream_elems for t in q if self.tasks[t].weight) for q in self.queues]
+
+    def weight_bytes_per_program(self) -> list[int]:
+        """What each program reads of its weight stream per step (weights and scales)."""
+        return [sum(self.tasks[t].weight.nbytes for t in q if self.tasks[t].weight) for q in self.queues]
 
     def report(self) -> str:
-        es = ESIZE[self.dtype]
         kinds = Counter(t.kind for t in self.tasks)
         qlen = [len(q) for q in self.queues]
-        wbytes = [e * es for e in self.weight_elems_per_program()]
+        wbytes = self.weight_bytes_per_program()
         total = sum(wbytes)
         lines = [
             f"target {self.target.name} ({self.target.arch}), placement {self.placement}, {len(self.queues)} programs",
@@ -116,7 +130,7 @@ class Schedule:
             f"code variants {len(self.variants)}, events {len(self.events)}, waits per task <= {self.max_waits}, "
             f"total waits {sum(len(t.waits) for t in self.tasks)}",
             f"queue length min/mean/max {min(qlen)}/{sum(qlen) / len(qlen):.1f}/{max(qlen)}",
-            f"weight bytes {total / 1e9:.3f} GB; per program min/mean/max "
+            f"weight bytes ({self.weight_format}) {total / 1e9:.3f} GB; per program min/mean/max "
             f"{min(wbytes) / 1e6:.2f}/{total / len(wbytes) / 1e6:.2f}/{max(wbytes) / 1e6:.2f} MB",
             "buffers: " + ", ".join(f"{a} {n}" for a, n in self.layout.sizes.items()) + " elements",
         ]
@@ -143,7 +157,8 @@ class Schedule:
             "tasks": [{"id": t.id, "variant": self.variants.index(t.variant), "op": t.op, "lane": t.lane,
                        "layer": t.layer, "args": t.args, "publish": t.group, "waits": t.waits,
                        "weight": None if t.weight is None else [t.weight.param, t.weight.lane, t.weight.row0,
-                                                                 t.weight.rows, t.weight.cols],
+                                                                 t.weight.rows, t.weight.cols, t.weight.esize,
+                                                                 t.weight.scaled],
                        "cost_bytes": t.cost_bytes} for t in self.tasks],
             "layout": {k: list(v) for k, v in self.layout.slots.items()}, "sizes": self.layout.sizes,
         })

@@ -45,10 +45,33 @@ class WeightTile:
     row0: int
     rows: int
     cols: int
+    esize: int = 2    # bytes per stored weight (1: FP8)
+    scaled: bool = False    # FP8: the rows' fp32 scales follow the tile in the stream
 
     @property
     def numel(self) -> int:
         return self.rows * self.cols
+
+    @property
+    def stream_elems(self) -> int:
+        """Stream elements the tile takes: its weights, then (FP8) its scales, each part padded to
+        16 bytes so that the next tile and the scales start aligned (stream_layout)."""
+        return stream_layout(self.rows, self.cols, self.esize, self.scaled)[1]
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes a step reads for this tile: weights and scales."""
+        return self.numel * self.esize + (4 * self.rows if self.scaled else 0)
+
+
+def stream_layout(rows: int, cols: int, esize: int, scaled: bool) -> tuple[int, int]:
+    """(where a tile's scales start, the tile's whole length), in stream elements from the tile's start.
+    Unscaled tiles are their weights alone (the model's dtype, aligned as before)."""
+    if not scaled:
+        return rows * cols, rows * cols
+    pad = 16 // esize
+    at = -(-rows * cols // pad) * pad
+    return at, at + -(-4 * rows // 16) * 16 // esize
 
 
 @dataclass

@@ -213,7 +213,9 @@ def _tile_matvec(op, by, lay, val, new, cfg, es, lanes_of, sent=(), recv_slot=No
     p = op.p
     N, K = p["n"], p["k"]
     epi, pro = p["epilogue"], p["prologue"]
-    rows = _rows(N, K, es, cfg.tile_bytes, p)
+    fp8 = cfg.weights == "fp8"
+    wes = 1 if fp8 else es      # bytes per stored weight: an FP8 tile holds twice the rows of an fp16 one
+    rows = _rows(N, K, wes, cfg.tile_bytes, p)
     if p["out"]:
         val(p["out"])
     if epi == RESIDUAL:
@@ -268,8 +270,8 @@ def _tile_matvec(op, by, lay, val, new, cfg, es, lanes_of, sent=(), recv_slot=No
                 a[A_SLOT] = r0 // rows          # which of the TOKEN_KEYS keys it folds into: slot % TOKEN_KEYS
                 a[A_KEYS] = lay.at(f"{op.node}.keys", -1)
                 a[A_ROW0] = shard_row0 + r0     # token ids are the whole vocabulary's
-            w = WeightTile(wname, l + lane0 if wnode.type.lanes else -1, shard_row0 + r0, rows, K)
-            new(variant, op, l, a, reads, writes, w, cost=rows * K * es + K * es)
+            w = WeightTile(wname, l + lane0 if wnode.type.lanes else -1, shard_row0 + r0, rows, K, wes, fp8)
+            new(variant, op, l, a, reads, writes, w, cost=w.nbytes + K * es)
 
 
 def _prologue(op, by, lay, l, K):

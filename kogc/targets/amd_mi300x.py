@@ -18,6 +18,7 @@ MI300X = Target(
     release_fence_asm="buffer_wbl2 sc1\n\ts_waitcnt vmcnt(0)",
     release_fence_sys_asm="buffer_wbl2 sc0 sc1\n\ts_waitcnt vmcnt(0)",
     volatile_loads=False,
+    fp8_format="e4m3fnuz",
     notes="workgroup i runs on XCD i % 8; flags crossing XCDs need agent-scope release/acquire; "
           "Triton 3.6: volatile loads and tensor atomics with sem= are broken, use scalar atomics",
 )

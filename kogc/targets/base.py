@@ -28,6 +28,7 @@ class Target:
                                  # publish ($0: a dummy), where the compiler's own release sequence is not
                                  # trusted alone; "" = none
     release_fence_sys_asm: str = ""  # the same before a publish to another GPU
+    fp8_format: str = "e4m3fn"   # the FP8 weights it streams (kogc.fp8.FORMATS): E4M3FN, or E4M3FNUZ on gfx942
     volatile_loads: bool = True  # volatile loads are sound in Triton for this target (not AMD in 3.6)
     max_registers: int | None = None   # ptxas cap per thread (None: the compiler's choice), so that
                                        # programs_per_unit programs fit one unit's register file

@@ -1,0 +1,147 @@
+"""FP8 weights: E4M3 values with one fp32 scale per output row, as the kernel streams them.
+
+A matvec weight W [..., rows, K] is stored as q = round_fp8(W / s) with s = max|W[row]| / FMAX per row,
+so that W ~ q * s[:, None]. The kernel converts q to fp32 in registers, accumulates q . x in fp32 and
+multiplies each row's sum by its scale. Per row was measured against per block of rows x 128 inputs on
+SmolLM2-135M-Instruct (docs/fp8.md): rows alone kept perplexity within the bar, so blocks were not built.
+
+NVIDIA (sm_90) streams E4M3FN (max 448); AMD gfx942 E4M3FNUZ (max 240, its exponent bias one higher).
+An FN value halved is exactly an FNUZ value, so weights quantized or stored as FN are converted at
+packing by halving q and doubling s, with no rounding.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .errors import KogcError
+
+FORMATS = {"e4m3fn": torch.float8_e4m3fn, "e4m3fnuz": torch.float8_e4m3fnuz}
+TRITON_TYPES = {"e4m3fn": "fp8e4nv", "e4m3fnuz": "fp8e4b8"}   # Triton's names (signatures)
+WEIGHT_FORMATS = ("model", "fp8")    # TileConfig.weights: as the model stores them, or FP8 + row scales
+SCALE_SUFFIXES = ("_scale", ".scale", "_scale_inv")   # a pre-quantized weight's scale in a state dict
+
+
+@dataclass(frozen=True)
+class Fp8Weight:
+    """A weight already in FP8: `q` [..., rows, K] (float8_e4m3fn or _e4m3fnuz) and `scale` [..., rows]
+    fp32, the weight being q * scale[..., None]."""
+    q: torch.Tensor
+    scale: torch.Tensor
+
+    def __post_init__(self):
+        if self.q.dtype not in FORMATS.values():
+            raise KogcError(f"an FP8 weight must be float8_e4m3fn or float8_e4m3fnuz, got {self.q.dtype}")
+        if tuple(self.scale.shape) != tuple(self.q.shape[:-1]):
+            raise KogcError(f"an FP8 weight of shape {tuple(self.q.shape)} needs one scale per row, shape "
+                            f"{tuple(self.q.shape[:-1])}; got {tuple(self.scale.shape)}")
+
+    @property
+    def shape(self):
+        return self.q.shape
+
+    def dequantize(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        return (self.q.float() * self.scale.float()[..., None]).to(dtype)
+
+    def to_format(self, fmt: str) -> "Fp8Weight":
+        """The same values in `fmt`: FN -> FNUZ halves q and doubles the scale (exact)."""
+        want = FORMATS[fmt]
+        if self.q.dtype == want:
+            return self
+        if want == torch.float8_e4m3fnuz:
+            return Fp8Weight((self.q.float() / 2).to(want), self.scale.float() * 2)
+        return Fp8Weight((self.q.float() * 2).to(want), self.scale.float() / 2)   # FNUZ -> FN: exact too
+
+
+def quantize(w: torch.Tensor, fmt: str = "e4m3fn") -> Fp8Weight:
+    """Round `w` [..., rows, K] to FP8 with one fp32 scale per row (the largest magnitude maps to the
+    format's largest value; a row of zeros gets scale 1)."""
+    dtype = FORMATS[fmt]
+    w = w.detach().float()
+    amax = w.abs().amax(-1)
+    scale = torch.where(amax > 0, amax / torch.finfo(dtype).max, torch.ones_like(amax))
+    q = (w / scale[..., None]).clamp(-torch.finfo(dtype).max, torch.finfo(dtype).max).to(dtype)
+    return Fp8Weight(q, scale)
+
+
+def quantize_blocks(w: torch.Tensor, block: int = 128, fmt: str = "e4m3fn") -> torch.Tensor:
+    """The values `w` takes with one scale per row x `block` inputs (dequantized, fp32): the finer
+    alternative the quality measurement compares per-row scales with."""
+    K = w.shape[-1]
+    pad = (-K) % block
+    wf = torch.nn.functional.pad(w.detach().float(), (0, pad)).reshape(*w.shape[:-1], -1, block)
+    return quantize(wf, fmt).dequantize().reshape(*w.shape[:-1], K + pad)[..., :K]
+
+
+def fake_quantize(w: torch.Tensor, fmt: str = "e4m3fn") -> torch.Tensor:
+    """`w` as the kernel sees it after FP8 packing, in w's dtype (for references and quality checks)."""
+    return quantize(w, fmt).dequantize(w.dtype)
+
+
+def from_state_dict(state: dict) -> dict[str, Fp8Weight]:
+    """The pre-quantized weights of a state dict: each float8 tensor with its per-row scale stored beside
+    it as NAME_scale (or NAME.scale; NAME_scale_inv as in DeepSeek-style checkpoints, where it also
+    multiplies), [rows] or [rows, 1]."""
+    out = {}
+    for name, t in state.items():
+        if not isinstance(t, torch.Tensor) or t.dtype not in FORMATS.values():
+            continue
+        scale = next((state[name + s] for s in SCALE_SUFFIXES if name + s in state), None)
+        if scale is None:
+            raise KogcError(f"FP8 tensor {name} has no scale beside it (looked for "
+                            f"{', '.join(name + s for s in SCALE_SUFFIXES)})")
+        if scale.dim() == t.dim() and scale.shape[-1] == 1:
+            scale = scale[..., 0]
+        if tuple(scale.shape) != tuple(t.shape[:-1]):
+            raise KogcError(f"FP8 tensor {name} {tuple(t.shape)}: its scale has shape {tuple(scale.shape)}; kogc "
+                            f"takes one scale per row ({tuple(t.shape[:-1])}), not per block")
+        out[name] = Fp8Weight(t, scale.float())
+    return out
+
+
+def matvec_params(graph) -> set[str]:
+    """The IR names of the PARAMs the kernel streams as matvec weights (what FP8 quantizes)."""
+    from .ir.graph import Op
+    by = graph.by_name()
+    return {by[n.inputs[0]].attrs["name"] for n in graph.nodes if n.op is Op.MATVEC}
+
+
+def fake_quantize_module(module: torch.nn.Module, graph, fmt: str = "e4m3fn") -> list[str]:
+    """Give `module` the weights an FP8 kernel of `graph` computes with: each matvec weight, as the IR
+    views it (rows as the kernel tiles them), quantized per row and written back through the view
+    (in place). The eager reference of `kogc check --weights fp8`. Returns the parameters changed; a
+    parameter that is also read unquantized (a tied embedding) is refused: no eager module holds both."""
+    from .frontend.views import derive_step
+    from .ir.graph import Op
+    params = dict(module.named_parameters(remove_duplicate=False))
+    params.update(dict(module.named_buffers(remove_duplicate=False)))
+    quantized = matvec_params(graph)
+    sources = {}
+    for n in graph.nodes:
+        if n.op is Op.PARAM:
+            sources.setdefault(n.attrs.get("source", n.attrs["name"]), []).append(n)
+    changed = []
+    for source, nodes in sources.items():
+        mine = [n for n in nodes if n.attrs["name"] in quantized]
+        if not mine:
+            continue
+        if len(mine) != len(nodes) or _tied(module, source, params):
+            raise KogcError(f"{source} is a matvec weight (quantized to FP8) and also read as it is (a tied "
+                            f"embedding?): an eager module cannot hold both; compare with the IR reference instead")
+        t = params[source]
+        for n in mine:
+            steps = n.attrs.get("view", ())
+            view, idx = t.detach(), torch.arange(t.numel()).reshape(t.shape)
+            for step in steps:
+                view, idx = derive_step(view, step), derive_step(idx, step)
+            with torch.no_grad():
+                t.view(-1)[idx.reshape(-1)] = fake_quantize(view, fmt).reshape(-1).to(t.dtype)
+        changed.append(source)
+    return changed
+
+
+def _tied(module, name: str, params: dict) -> bool:
+    """Whether the tensor of `name` is also another parameter of the module (tied weights)."""
+    t = params[name]
+    return any(k != name and o.data_ptr() == t.data_ptr() for k, o in params.items())
