@@ -33,3 +33,19 @@ def test_single_file_llama_on_the_gpu(preset):
     res = run_check(os.path.join(EXAMPLES, "llama.py"), preset, steps=64, generate=64, prompt=[1, 2, 3, 4],
                     overrides={"max_len": 512}, quiet=True)
     assert res["passed"], res
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("model_file,preset", [("laneformer.py", "laneformer-0.5b"), ("llama.py", "tiny")])
+def test_fp8_weights_on_the_gpu(model_file, preset):
+    # the FP8 kernel against eager running the same quantized weights (fp16 0.5b, fp32 tiny Llama with
+    # its non-power-of-two-free shapes), 64 steps and a 64-token one-launch generation (tie-aware)
+    import os
+
+    from conftest import EXAMPLES
+
+    from kogc.check import run_check
+    res = run_check(os.path.join(EXAMPLES, model_file), preset, steps=64, generate=64, prompt=[1, 2, 3, 4],
+                    overrides={"max_len": 512} if model_file == "llama.py" else None, quiet=True, weights="fp8")
+    assert res["passed"], res
+    assert res["fp8_vs_model_weights"]["steps"] == 64
