@@ -13,6 +13,7 @@ back from the same cache, each reading the rows the ones before wrote.
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import os
@@ -101,14 +102,26 @@ def run_sweep(model_file: str, preset: str | None, variants: str, contexts: list
             buf.zero_()
             buf[:, :, :context].copy_(vals.to(buf.device))
 
-    eager = {}                         # eager's logits for TOKEN at each context, on the same cache
-    with torch.no_grad():
-        model.to(device)
-        for c in contexts:
-            set_cache(c)
-            logits, tok = model(torch.tensor(TOKEN, device=device), torch.tensor(c, device=device))
-            eager[c] = (logits.float().cpu(), int(tok))
-        model.to("cpu")
+    eager = {}       # eager's logits for TOKEN at each context, on the same cache, per weight format
+
+    def eager_logits(weights: str, graph) -> None:
+        """Eager's logits at every context with the weights a kernel of this format computes with (FP8:
+        the same quantized weights, on a copy of the model)."""
+        if weights in eager:
+            return
+        m = model
+        if weights == "fp8":
+            from ..fp8 import fake_quantize_module
+            m = copy.deepcopy(model)
+            fake_quantize_module(m, graph)
+        eager[weights] = {}
+        with torch.no_grad():
+            m.to(device)
+            for c in contexts:
+                set_cache(c)
+                logits, tok = m(torch.tensor(TOKEN, device=device), torch.tensor(c, device=device))
+                eager[weights][c] = (logits.float().cpu(), int(tok))
+            m.to("cpu")
     bw = None if interpret else read_bandwidth()
     if bw:
         _say(f"read bandwidth {bw / 1e12:.2f} TB/s", quiet)
@@ -128,6 +141,8 @@ def run_sweep(model_file: str, preset: str | None, variants: str, contexts: list
             _say(f"{json.dumps(v)}: FAILED {res['rows'][-1]['error']}", quiet, always=True)
             continue
         compile_s = time.perf_counter() - t0
+        weights = ck.schedule.tile_config.weights
+        eager_logits(weights, ck.ir)
         for context in contexts:
             try:
                 row = _measure(ck, model, set_cache, context, steps, reps, device, warmup, interpret)
@@ -136,8 +151,9 @@ def run_sweep(model_file: str, preset: str | None, variants: str, contexts: list
                 _say(f"{json.dumps(v)} context {context}: FAILED {res['rows'][-1]['error']}", quiet, always=True)
                 continue
             logits, tok, chain = row.pop("_logits"), row["token"], row.pop("_chain")
-            e_logits, e_tok = eager[context]
-            ref = first.setdefault(context, {"logits": logits, "token": tok, "chain": chain})
+            e_logits, e_tok = eager[weights][context]
+            # (variants are compared with the first of their weight format: FP8 computes other values)
+            ref = first.setdefault((weights, context), {"logits": logits, "token": tok, "chain": chain})
             miss = _miss(e_logits, tok, TIE_ULPS, ties)
             floor = bytes_per_token(ck, context + steps // 2)
             row.update(variant=v, context=context, num_programs=ck.schedule.num_programs, tasks=len(ck.schedule.tasks),
