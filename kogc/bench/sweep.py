@@ -97,8 +97,10 @@ def run_sweep(model_file: str, preset: str | None, variants: str, contexts: list
     gen = torch.Generator().manual_seed(seed + 1)
     fills = {c: [torch.randn(buf[:, :, :c].shape, generator=gen).to(buf.dtype) for _, buf in caches] for c in contexts}
 
-    def set_cache(context):            # these contents up to `context`, zeros after
-        for (_, buf), vals in zip(caches, fills[context]):
+    def set_cache(context, module=None):     # these contents up to `context`, zeros after (the model's caches,
+        bufs = dict(module.named_buffers()) if module is not None else dict(caches)   # or a copy's)
+        for (name, _), vals in zip(caches, fills[context]):
+            buf = bufs[name]
             buf.zero_()
             buf[:, :, :context].copy_(vals.to(buf.device))
 
@@ -118,7 +120,7 @@ def run_sweep(model_file: str, preset: str | None, variants: str, contexts: list
         with torch.no_grad():
             m.to(device)
             for c in contexts:
-                set_cache(c)
+                set_cache(c, m)
                 logits, tok = m(torch.tensor(TOKEN, device=device), torch.tensor(c, device=device))
                 eager[weights][c] = (logits.float().cpu(), int(tok))
             m.to("cpu")
