@@ -127,6 +127,9 @@ def compile(module: torch.nn.Module, target: str | None = None, device: str | No
     tgt = get_target(target)
     if interpret is None:
         interpret = not runs_here(tgt)
+    if interpret and tile_config is not None and tile_config.weights == "fp8" and tgt.fp8_format != "e4m3fn":
+        raise KogcError(f"Triton's interpreter cannot run {tgt.name}'s FP8 format ({tgt.fp8_format}); compile it ahead of "
+                        f"time (kogc compile --target {tgt.name} --weights fp8 --out DIR) or interpret for h200")
     device = device or ("cpu" if interpret else "cuda")
     if not interpret and tgt.vendor == "nvidia" and torch.device(device).type == "cuda":
         tgt = device_target(tgt, device, num_warps, max_registers)

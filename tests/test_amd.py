@@ -10,7 +10,7 @@ from conftest import tiny
 from kogc.api import INTERPRETER_TILES
 from kogc.codegen import amd_isa
 from kogc.frontend import to_ir
-from kogc.scheduler import build_schedule
+from kogc.scheduler import TileConfig, build_schedule
 from kogc.scheduler.place import die_edge_share
 from kogc.scheduler.ranks import build_rank_schedules
 from kogc.targets import MI300X
@@ -20,15 +20,16 @@ L8 = dict(num_lanes=8, num_key_value_heads=8)
 
 @pytest.fixture(scope="module")
 def gfx942_builds(tmp_path_factory):
-    """(amdgcn, ttir, kernel source) of tiny for gfx942, rank 0 of two: its counters are published and
-    acquired at agent scope within the GPU and at system scope to and from the other rank. (The one-GPU
-    build is checked by every `kogc compile --target mi300x`: tests/test_aot.py.)"""
+    """(amdgcn, ttir, kernel source) of tiny for gfx942, rank 0 of two, with FP8 weights (E4M3FNUZ there):
+    its counters are published and acquired at agent scope within the GPU and at system scope to and from
+    the other rank. (The one-GPU build is checked by every `kogc compile --target mi300x`:
+    tests/test_aot.py.)"""
     from kogc.codegen.aot import compile_kernel
     from kogc.codegen.render import KERNEL_NAME, render, signature
     tmp = tmp_path_factory.mktemp("gfx942")
     g = to_ir(tiny(**L8, dtype=torch.float16))
     out = {}
-    for name, s in (("rank0", build_rank_schedules(g, 2, MI300X)[0]),):
+    for name, s in (("rank0", build_rank_schedules(g, 2, MI300X, tile_config=TileConfig(weights="fp8"))[0]),):
         src = render(s)
         (tmp / f"{name}.py").write_text(src)
         sig, consts = signature(s)
@@ -43,6 +44,12 @@ def test_gfx942_publishes_and_acquires_are_agent_scoped_in_the_isa(gfx942_builds
     r = amd_isa.check(asm, ttir, src)
     assert r["publishes"] >= 1 and r["acquires"] >= 1
     assert r["problems"] == []
+
+
+def test_gfx942_streams_fp8_weights(gfx942_builds):
+    # the weight stream is E4M3FNUZ (Triton's fp8e4b8) and converted by the hardware's FP8 unpack
+    asm, ttir, src = gfx942_builds["rank0"]
+    assert "!tt.ptr<f8E4M3FNUZ>" in ttir and "v_cvt_pk_f32_fp8" in asm
 
 
 def test_the_isa_check_fails_what_it_should(gfx942_builds):

@@ -1,0 +1,144 @@
+"""FP8 weights (kogc.fp8): the quantization, the packed stream, and the kernel under Triton's interpreter
+against a torch reference of the same quantized weights (fp32 models: within 1e-5 relative)."""
+import dataclasses
+
+import pytest
+import torch
+from conftest import MODEL_FILE, random_cache, rel_err, tiny
+
+import kogc
+from kogc.cli import main
+from kogc.errors import KogcError
+from kogc.fp8 import (Fp8Weight, fake_quantize, fake_quantize_module, from_state_dict, matvec_params, quantize,
+                      quantize_blocks)
+from kogc.ir import execute
+from kogc.runtime.kernel import fill_kv_from, weights_of
+
+pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="CPU interpreter path (GPU: test_gpu)")
+
+
+def test_quantize_per_row():
+    w = torch.randn(5, 64) * torch.tensor([1e-3, 1.0, 30.0, 0.0, 2.0])[:, None]
+    q = quantize(w)
+    assert q.q.dtype == torch.float8_e4m3fn and q.scale.shape == (5,)
+    assert torch.equal(q.q.float().abs().amax(1)[[0, 1, 2, 4]], torch.full((4,), 448.0))   # each row's max maps to 448
+    assert q.scale[3] == 1.0 and torch.all(q.q[3].float() == 0)                             # a zero row stays zero
+    err = (q.dequantize() - w).abs() / w.abs().amax(1, keepdim=True).clamp_min(1e-30)
+    assert float(err.max()) <= 2 ** -4            # 3 mantissa bits: half a step at the top of the range
+    # blocks of 128 inputs are never worse than one scale per row
+    wide = torch.randn(8, 512) * torch.logspace(-2, 1, 512)
+    assert rel_err(quantize_blocks(wide), wide) <= rel_err(fake_quantize(wide), wide)
+
+
+def test_fn_to_fnuz_is_exact():
+    q = quantize(torch.randn(16, 32) * 3)
+    z = q.to_format("e4m3fnuz")
+    assert z.q.dtype == torch.float8_e4m3fnuz
+    assert torch.equal(z.dequantize(), q.dequantize())
+    assert torch.equal(z.to_format("e4m3fn").q.view(torch.uint8), q.q.view(torch.uint8))
+
+
+def test_from_state_dict():
+    w = quantize(torch.randn(6, 16))
+    sd = {"a.weight": w.q, "a.weight_scale": w.scale[:, None], "b.weight": torch.randn(3, 3)}
+    got = from_state_dict(sd)
+    assert list(got) == ["a.weight"] and torch.equal(got["a.weight"].scale, w.scale)
+    with pytest.raises(KogcError, match="no scale beside it"):
+        from_state_dict({"a.weight": w.q})
+    with pytest.raises(KogcError, match="one scale per row"):
+        from_state_dict({"a.weight": w.q, "a.weight_scale": torch.ones(6, 2)})
+
+
+def _against_reference(model, ck, weights, positions):
+    """The kernel's logits and token against the IR reference executor with `weights`, per position."""
+    fill_kv_from(ck, model)
+    state = {k: v.clone() for k, v in model.named_buffers() if k.endswith("_cache")}
+    gen = torch.Generator().manual_seed(7)
+    for pos in positions:
+        tok = int(torch.randint(0, model.config.vocab_size, (), generator=gen))
+        logits, nxt = ck.step(tok, pos)
+        (ref, ref_tok), _ = execute(ck.ir, weights, state, [tok, pos])
+        assert rel_err(logits, ref) < 1e-5, f"pos {pos}"
+        assert nxt == int(ref_tok)
+
+
+def test_kernel_equals_the_quantized_reference():
+    # two lanes, fp32: every matvec weight (QKV, Wo, W1/W3, W2, LM head) streamed as FP8 with row scales;
+    # the reference dequantizes the same weights and multiplies in fp32; embedding and norms unquantized
+    model = tiny(seed=11, num_lanes=2)
+    random_cache(model, 3)
+    ck = kogc.compile(model, target="h200", weights="fp8")
+    assert ck.buffers.W.dtype == torch.float8_e4m3fn and ck.schedule.weight_format == "e4m3fn"
+    matvecs = {t.weight.param for t in ck.schedule.tasks if t.weight}
+    assert matvecs == matvec_params(ck.ir) and "lm_head.weight" in matvecs     # 7 per layer and the head
+    ref_w = {k: fake_quantize(v) if k in matvecs else v for k, v in weights_of(model, ck.ir).items()}
+    _against_reference(model, ck, ref_w, (0, 37))
+    # the stream: one byte per weight (half an fp16 build's), and 4 per row for the scales
+    fp16_bytes = sum(t.weight.numel * 2 for t in ck.schedule.tasks if t.weight)
+    assert sum(ck.schedule.weight_bytes_per_program()) < 0.55 * fp16_bytes
+
+
+def test_prequantized_weights_are_packed_as_they_are():
+    # weights given in FP8 (rounded on scales 1.5x coarser than kogc's own, so that using them, not
+    # requantizing the model's, shows) are streamed as given; the other matvec weights are quantized
+    model = tiny(seed=12, num_lanes=2)
+    name = "model.layers.0.feed_forward.w2.weight"
+    w = model.get_parameter(name).detach()
+    scale = quantize(w).scale * 1.5
+    given = Fp8Weight((w / scale[..., None]).to(torch.float8_e4m3fn), scale)
+    ck = kogc.compile(model, target="h200", weights={name: given})
+    assert ck.schedule.tile_config.weights == "fp8"
+    matvecs = {t.weight.param for t in ck.schedule.tasks if t.weight}
+    ref_w = {k: fake_quantize(v) if k in matvecs else v for k, v in weights_of(model, ck.ir).items()}
+    ref_w[name] = given.dequantize()
+    assert not torch.equal(ref_w[name], fake_quantize(w))
+    _against_reference(model, ck, ref_w, (0,))
+    with pytest.raises(KogcError, match="no parameter of that name"):
+        kogc.compile(model, target="h200", weights={"nope.weight": given})
+    with pytest.raises(KogcError, match="Fp8Weight"):
+        kogc.compile(model, target="h200", weights={name: w})
+    with pytest.raises(KogcError, match="weights='int4'"):
+        kogc.compile(model, target="h200", weights="int4")
+
+
+def test_eager_reference_of_the_fp8_kernel():
+    # kogc check --weights fp8 runs eager on the same quantized weights: written back through the IR's view
+    model = tiny(seed=13, num_lanes=2)
+    ck = kogc.compile(model, target="h200", weights="fp8")
+    before = {k: v.detach().clone() for k, v in model.named_parameters()}
+    changed = fake_quantize_module(model, ck.ir)
+    assert set(changed) == matvec_params(ck.ir) and "model.tok_embeddings.weight" not in changed
+    for k, v in model.named_parameters():
+        assert torch.equal(v, fake_quantize(before[k]) if k in changed else before[k]), k
+
+
+def test_interpreter_refuses_fnuz():
+    with pytest.raises(KogcError, match="cannot run mi300x's FP8 format"):
+        kogc.compile(tiny(seed=1), target="mi300x", interpret=True, weights="fp8")
+
+
+def test_cli_weights_option(capsys):
+    assert main(["compile", MODEL_FILE, "--config", "tiny", "--target", "h200", "--weights", "fp8",
+                 "--emit", "schedule"]) == 0
+    out = capsys.readouterr().out
+    assert "weight bytes (e4m3fn)" in out
+    assert main(["compile", MODEL_FILE, "--config", "tiny", "--target", "h200", "--weights", "int8",
+                 "--emit", "schedule"]) == 2
+    # a tile config may say it too; --weights and the tile config agree
+    assert main(["compile", MODEL_FILE, "--config", "tiny", "--target", "h200", "--tile-config",
+                 '{"weights": "fp8"}', "--emit", "schedule"]) == 0
+    assert "weight bytes (e4m3fn)" in capsys.readouterr().out
+
+
+def test_fp8_tiles_hold_twice_the_rows():
+    from kogc.frontend import to_ir
+    from kogc.scheduler import TileConfig, build_schedule
+    from kogc.targets import H200
+    g = to_ir(tiny(num_lanes=2, dtype=torch.float16, hidden_size=256, intermediate_size=1024))
+    cfg = TileConfig(tile_bytes=4096)
+    rows = {}
+    for weights in ("model", "fp8"):
+        s = build_schedule(g, H200, tile_config=dataclasses.replace(cfg, weights=weights))
+        rows[weights] = max(t.weight.rows for t in s.tasks if t.weight and t.weight.cols == 256)
+        assert all(t.weight.nbytes <= 4096 + 4 * t.weight.rows for t in s.tasks if t.weight)
+    assert rows["fp8"] == 2 * rows["model"]
