@@ -20,17 +20,18 @@ from ..fp8 import fake_quantize, quantize_blocks
 PROMPTS = ("What is the capital of France?", "Write one sentence about the sea.", "How many legs does a spider have?")
 
 
-def quantized_copy(model, per: str = "row"):
+def quantized_copy(model, per: str = "row", which: str = "all"):
     """A copy of a transformers causal LM whose matvec weights (every Linear: attention, MLP and the LM
     head, untied from the embedding, which stays as it is) hold the FP8 values: per="row" as kogc packs
-    them, "block" with one scale per 128 inputs of a row."""
+    them, "block" with one scale per 128 inputs of a row. which="head" / "body": only the LM head / all
+    but the head (where the loss comes from)."""
     m = copy.deepcopy(model)
     head = m.get_output_embeddings()
     if head is not None and head.weight is m.get_input_embeddings().weight:
         head.weight = torch.nn.Parameter(head.weight.detach().clone())
     with torch.no_grad():
         for mod in m.modules():
-            if isinstance(mod, torch.nn.Linear):
+            if isinstance(mod, torch.nn.Linear) and which in ("all", "head" if mod is head else "body"):
                 w = mod.weight
                 w.copy_(fake_quantize(w) if per == "row" else quantize_blocks(w).to(w.dtype))
     return m
@@ -59,10 +60,13 @@ def measure(model_dir: str, text_path: str, answers: bool = True) -> dict:
         ids = tok(f.read(), return_tensors="pt")["input_ids"]
     res = {"model_dir": model_dir, "text": text_path, "tokens": int(ids.shape[1]),
            "date": time.strftime("%Y-%m-%d %H:%M"), "torch": torch.__version__, "rows": []}
-    for name, m in (("model's weights (fp32)", model), ("fp8, a scale per row (kogc)", quantized_copy(model, "row")),
-                    ("fp8, a scale per row x 128 inputs", quantized_copy(model, "block"))):
+    for name, m, answer in (
+            ("model's weights (fp32)", model, True), ("fp8, a scale per row (kogc)", quantized_copy(model, "row"), True),
+            ("fp8, a scale per row x 128 inputs", quantized_copy(model, "block"), True),
+            ("fp8 per row, the LM head only", quantized_copy(model, "row", "head"), False),
+            ("fp8 per row, all but the LM head", quantized_copy(model, "row", "body"), False)):
         row = {"weights": name, "perplexity": perplexity(m, ids)}
-        if answers:
+        if answers and answer:
             row["answers"] = {p: greedy(m, tok, p) for p in PROMPTS}
         res["rows"].append(row)
     base = res["rows"][0]["perplexity"]
