@@ -63,8 +63,11 @@ def _parser() -> argparse.ArgumentParser:
                    help="tokens already in the KV cache (default 1024); with --scaling a comma-separated list")
     b.add_argument("--steps", type=int, default=100, help="decode steps per timed repetition (default 100)")
     b.add_argument("--reps", type=int, default=5, help="repetitions; the table shows median and spread")
-    b.add_argument("--baselines", default="eager,cuda_graph,compile,cuda_graph_trim",
-                   help="comma-separated subset of eager,cuda_graph,compile,cuda_graph_trim ('' for none); "
+    b.add_argument("--baselines", default="eager,cuda_graph,compile,cuda_graph_trim,handwritten,handwritten_compile",
+                   help="comma-separated subset of eager,cuda_graph,compile,cuda_graph_trim,handwritten,"
+                        "handwritten_compile ('' for none): the first four run the model as its file writes it, the "
+                        "last two a hand-written step of its shapes (fused QKV and gate/up, the KV cache trimmed) in "
+                        "one CUDA graph, alone and after torch.compile (the strongest rows); "
                         "cuda_graph_trim: one CUDA graph of the model with its KV cache trimmed to the positions "
                         "the bench uses (the fairer graph baseline)")
     b.add_argument("--json", help="also write the results to this file")

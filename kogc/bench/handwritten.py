@@ -1,0 +1,126 @@
+"""A hand-written decode step of a model's shapes: the strongest baseline kogc is timed against.
+
+A plain Llama-shaped step with the model's sizes (one lane: a Laneformer's lanes change how its sums are
+made, not the bytes): fused QKV and gate/up matrices, F.rms_norm, SDPA over a KV cache trimmed to the
+positions in use, the LM head and its maximum; random fp16 weights (it times the shape, not a model).
+`kogc bench` replays it in ONE CUDA graph, alone and after torch.compile; `kogc bench --gpus G` runs it
+Megatron-style on G ranks (heads, KV heads and MLP split, the LM head by vocabulary, an all-reduce after
+the attention output and after the MLP: kogc.bench.tp)."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+
+@dataclass(frozen=True)
+class Shapes:
+    hidden: int
+    layers: int
+    heads: int          # query heads, all lanes
+    kv_heads: int       # all lanes
+    head_dim: int
+    ffn: int            # MLP width, all lanes
+    vocab: int
+
+
+def shapes_of(schedule) -> Shapes:
+    """The model's sizes from its scheduled fused ops (whatever wrote the model: the IR is the same)."""
+    att = [op for op in schedule.ops if op.kind == "attention"]
+    mlp = [op for op in schedule.ops if op.kind == "matvec" and op.p["prologue"] == "silu_mul"]
+    head = [op for op in schedule.ops if op.kind == "matvec" and op.p["epilogue"] == "store_argmax"]
+    emb = [op for op in schedule.ops if op.kind == "embed"]
+    if not (att and mlp and head and emb):
+        raise ValueError("a hand-written step needs attention, a SiLU MLP, an LM head and an embedding")
+    a, m = att[0], mlp[0]
+    lanes = max(a.lanes, 1)
+    return Shapes(hidden=head[0].p["k"], layers=len(att), heads=a.p["kv_heads"] * a.p["group"] * lanes,
+                  kv_heads=a.p["kv_heads"] * lanes, head_dim=a.p["head_dim"], ffn=m.p["k"] * max(m.lanes, 1),
+                  vocab=head[0].p["n"])
+
+
+def shapes_of_config(cfg) -> Shapes:
+    """From a Laneformer config (hidden_size, num_hidden_layers, num_attention_heads, kv_heads,
+    intermediate_size, vocab_size)."""
+    return Shapes(cfg.hidden_size, cfg.num_hidden_layers, cfg.num_attention_heads, cfg.kv_heads,
+                  cfg.hidden_size // cfg.num_attention_heads, cfg.intermediate_size, cfg.vocab_size)
+
+
+def step_fn(s: Shapes, context: int, device: str, seed: int = 0, world: int = 1, rank: int = 0, all_reduce=None,
+            dtype=torch.float16):
+    """(step(), the weight bytes one rank reads per step): one decode step at position `context` of a
+    random model of shapes `s`, this rank's share of `world` (all_reduce(t) sums t over the ranks;
+    all_reduce(t, "max") takes the maximum)."""
+    D, NL, H, KV, hd, FF, V = s.hidden, s.layers, s.heads, s.kv_heads, s.head_dim, s.ffn, s.vocab
+    if H % world or KV % world or FF % world or V % world:
+        raise ValueError(f"heads {H}, KV heads {KV}, MLP width {FF} and vocabulary {V} must split over {world} ranks")
+    h_, kv_, f_ = H // world, KV // world, FF // world
+    ctx = context + 256          # the KV cache trimmed to the positions in use (and some room)
+    gen = torch.Generator(device=device).manual_seed(seed + rank)
+
+    def mk(*shape):
+        return torch.randn(*shape, device=device, dtype=dtype, generator=gen) / math.sqrt(shape[-1])
+    wqkv = [mk((h_ + 2 * kv_) * hd, D) for _ in range(NL)]
+    wo = [mk(D, h_ * hd) for _ in range(NL)]
+    w13 = [mk(2 * f_, D) for _ in range(NL)]
+    w2 = [mk(D, f_) for _ in range(NL)]
+    emb, head = mk(V, D), mk(V // world, D)
+    kc = torch.zeros(NL, kv_, ctx, hd, device=device, dtype=dtype)
+    vc = torch.zeros_like(kc)
+    mask = torch.full((ctx,), float("-inf"), device=device, dtype=dtype)
+    mask[:context + 1] = 0
+    ones = torch.ones(D, device=device, dtype=dtype)
+    tok = torch.zeros(1, dtype=torch.long, device=device)
+    pos = torch.tensor([context], device=device)
+    reduce = all_reduce or (lambda t, op="sum": None)
+
+    def step():
+        x = emb[tok]
+        for i in range(NL):
+            h = F.rms_norm(x, (D,), ones)
+            q, k, v = (h @ wqkv[i].t()).split([h_ * hd, kv_ * hd, kv_ * hd], -1)
+            kc[i].index_copy_(1, pos, k.view(kv_, 1, hd))
+            vc[i].index_copy_(1, pos, v.view(kv_, 1, hd))
+            o = F.scaled_dot_product_attention(q.view(1, h_, 1, hd), kc[i][None], vc[i][None],
+                                               attn_mask=mask[None, None, None], enable_gqa=True)
+            a = o.reshape(1, -1) @ wo[i].t()
+            reduce(a)
+            x = x + a
+            h = F.rms_norm(x, (D,), ones)
+            g, u = (h @ w13[i].t()).chunk(2, -1)
+            m = (F.silu(g) * u) @ w2[i].t()
+            reduce(m)
+            x = x + m
+        lg = F.rms_norm(x, (D,), ones) @ head.t()
+        best = lg.max(-1).values
+        reduce(best, "max")          # the token's exchange: one more collective
+        return best
+
+    nbytes = sum(t.numel() * t.element_size() for t in wqkv + wo + w13 + w2 + [head])
+    return step, nbytes
+
+
+def graph_of(step, compiled: bool = False):
+    """`run(i)` replaying `step` captured in ONE CUDA graph; compiled: torch.compile
+    (mode="max-autotune-no-cudagraphs") first, the graph then being the one capture."""
+    fn = torch.compile(step, mode="max-autotune-no-cudagraphs") if compiled else step
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s), torch.no_grad():
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph), torch.no_grad():
+        fn()
+    return lambda i: graph.replay()
+
+
+def handwritten_graph_step(shapes: Shapes, context: int, device: str, compiled: bool = False, seed: int = 0):
+    """The bench's rows: the hand-written step of the model's shapes in one CUDA graph."""
+    if device != "cuda":
+        raise RuntimeError("CUDA graphs need a GPU")
+    step, _ = step_fn(shapes, context, device, seed)
+    return graph_of(step, compiled)
