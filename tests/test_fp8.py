@@ -72,7 +72,7 @@ def test_kernel_equals_the_quantized_reference():
     matvecs = {t.weight.param for t in ck.schedule.tasks if t.weight}
     assert matvecs == matvec_params(ck.ir) and "lm_head.weight" in matvecs     # 7 per layer and the head
     ref_w = {k: fake_quantize(v) if k in matvecs else v for k, v in weights_of(model, ck.ir).items()}
-    _against_reference(model, ck, ref_w, (0, 37))
+    _against_reference(model, ck, ref_w, (37,))      # (37 positions of random cache in 2 splits)
     # the stream: one byte per weight (half an fp16 build's), and 4 per row for the scales
     fp16_bytes = sum(t.weight.numel * 2 for t in ck.schedule.tasks if t.weight)
     assert sum(ck.schedule.weight_bytes_per_program()) < 0.55 * fp16_bytes
