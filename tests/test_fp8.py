@@ -142,3 +142,28 @@ def test_fp8_tiles_hold_twice_the_rows():
         rows[weights] = max(t.weight.rows for t in s.tasks if t.weight and t.weight.cols == 256)
         assert all(t.weight.nbytes <= 4096 + 4 * t.weight.rows for t in s.tasks if t.weight)
     assert rows["fp8"] == 2 * rows["model"]
+
+
+def test_quality_harness_computes_what_the_kernel_does():
+    # kogc.bench.quality measures FP8 on a transformers model through quantized_copy: every Linear per
+    # row, the tied head untied from the unquantized embedding. The FP8 kernel of the same model (its
+    # rotate-half q/k rows reordered, its tied head) computes exactly that model's logits
+    transformers = pytest.importorskip("transformers")
+    from kogc.bench.quality import quantized_copy
+    from kogc.frontend import decode_step
+    torch.manual_seed(4)
+    cfg = transformers.LlamaConfig(vocab_size=300, hidden_size=96, intermediate_size=160, num_hidden_layers=1,
+                                   num_attention_heads=6, num_key_value_heads=2, max_position_embeddings=64,
+                                   tie_word_embeddings=True)
+    model = transformers.LlamaForCausalLM(cfg).eval()
+    q = quantized_copy(model)
+    assert torch.equal(q.model.embed_tokens.weight, model.model.embed_tokens.weight)
+    assert torch.equal(q.lm_head.weight, fake_quantize(model.model.embed_tokens.weight))
+    assert torch.equal(q.model.layers[0].mlp.down_proj.weight, fake_quantize(model.model.layers[0].mlp.down_proj.weight))
+    ck = kogc.compile(model, target="h200", weights="fp8", max_len=16)
+    want_step = decode_step(q, max_len=16)
+    for pos, tok in enumerate((7,)):
+        logits, nxt = ck.step(tok, pos)
+        with torch.no_grad():
+            want, want_next = want_step(torch.tensor(tok), torch.tensor(pos))
+        assert rel_err(logits, want) < 1e-5 and nxt == int(want_next)
