@@ -18,6 +18,7 @@ pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="CPU interpret
 
 
 def test_quantize_per_row():
+    torch.manual_seed(0)
     w = torch.randn(5, 64) * torch.tensor([1e-3, 1.0, 30.0, 0.0, 2.0])[:, None]
     q = quantize(w)
     assert q.q.dtype == torch.float8_e4m3fn and q.scale.shape == (5,)
@@ -25,9 +26,13 @@ def test_quantize_per_row():
     assert q.scale[3] == 1.0 and torch.all(q.q[3].float() == 0)                             # a zero row stays zero
     err = (q.dequantize() - w).abs() / w.abs().amax(1, keepdim=True).clamp_min(1e-30)
     assert float(err.max()) <= 2 ** -4            # 3 mantissa bits: half a step at the top of the range
-    # blocks of 128 inputs are never worse than one scale per row
-    wide = torch.randn(8, 512) * torch.logspace(-2, 1, 512)
-    assert rel_err(quantize_blocks(wide), wide) <= rel_err(fake_quantize(wide), wide)
+    # scales per 128 inputs (the alternative measured in docs/fp8.md): a row of <= 128 inputs is one
+    # block; a wider row's blocks each scale on their own (E4M3 being floating point, finer scales
+    # matter only where a block's values are far below the row's largest)
+    assert torch.equal(quantize_blocks(w), fake_quantize(w))
+    wide = torch.randn(8, 300) * torch.cat([torch.full((128,), 1e-6), torch.ones(172)])
+    assert rel_err(quantize_blocks(wide)[:, :128], wide[:, :128]) < 0.1 * rel_err(fake_quantize(wide)[:, :128],
+                                                                                 wide[:, :128])
 
 
 def test_fn_to_fnuz_is_exact():
@@ -167,3 +172,9 @@ def test_quality_harness_computes_what_the_kernel_does():
         with torch.no_grad():
             want, want_next = want_step(torch.tensor(tok), torch.tensor(pos))
         assert rel_err(logits, want) < 1e-5 and nxt == int(want_next)
+    # the tied matrix given in FP8: the head streams those bytes, the embedding reads them dequantized
+    from kogc.runtime.kernel import weights_of
+    tied = quantize(model.model.embed_tokens.weight)
+    got = weights_of(decode_step(model, max_len=16), ck.ir, {"model.lm_head.weight": tied})
+    assert got["model.lm_head.weight"] is not None and torch.equal(got["model.lm_head.weight"].q.view(torch.uint8),
+                                                                     tied.q.view(torch.uint8))

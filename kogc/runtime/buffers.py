@@ -109,7 +109,9 @@ def allocate(schedule: Schedule, weights: dict[str, torch.Tensor], device, profi
             small[off:off + per_lane * max(lanes, 1)] = w.reshape(-1).to("cpu", dtype)
     for op in schedule.ops:
         if op.kind == "embed":
-            emb = weights[graph.by_name()[op.p["table"]].attrs["name"]].detach()
+            emb = weights[graph.by_name()[op.p["table"]].attrs["name"]]
+            # a tied embedding given in FP8 (its head streams the FP8 bytes): read in the model's dtype
+            emb = emb.dequantize(dtype) if isinstance(emb, Fp8Weight) else emb.detach()
     max_pos = schedule.max_pos or 1
     if schedule.max_pos:
         rope = next(n.attrs for n in graph.nodes if n.op is Op.ROPE)

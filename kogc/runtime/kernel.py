@@ -229,7 +229,10 @@ class CompiledKernel:
 def weights_of(module: torch.nn.Module, graph: Graph, prequantized: dict | None = None) -> dict:
     """Every PARAM's tensor by its name; a PARAM that is a view of a parameter (attrs "source", "view":
     a transposed, row-sliced or reordered weight from kogc.frontend.aten) derived from it. A parameter
-    in `prequantized` (kogc.fp8.Fp8Weight by the module's parameter name) is taken from there."""
+    in `prequantized` (kogc.fp8.Fp8Weight by the module's parameter name) is taken from there: as it is
+    where the kernel streams it as a matvec weight, dequantized where it is read in the model's dtype
+    (a tied embedding)."""
+    from ..fp8 import matvec_params
     from ..frontend.views import derive_step
     params = dict(module.named_parameters(remove_duplicate=False))
     params.update(dict(module.named_buffers(remove_duplicate=False)))
@@ -238,13 +241,14 @@ def weights_of(module: torch.nn.Module, graph: Graph, prequantized: dict | None 
     if unknown:
         raise KogcError(f"pre-quantized weight {unknown[0]}: the model has no parameter of that name")
     out = {}
+    streamed = matvec_params(graph) if prequantized else set()
     for n in graph.nodes:
         if n.op is Op.PARAM:
             source = n.attrs.get("source", n.attrs["name"])
-            if source in prequantized:
+            if source in prequantized and n.attrs["name"] in streamed:
                 out[n.attrs["name"]] = _fp8_view(prequantized[source], n.attrs.get("view", ()), source, derive_step)
                 continue
-            t = params[source]
+            t = prequantized[source].dequantize(params[source].dtype) if source in prequantized else params[source]
             for step in n.attrs.get("view", ()):
                 t = derive_step(t, step)
             out[n.attrs["name"]] = t
