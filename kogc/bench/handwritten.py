@@ -105,16 +105,8 @@ def step_fn(s: Shapes, context: int, device: str, seed: int = 0, world: int = 1,
 def graph_of(step, compiled: bool = False):
     """`run(i)` replaying `step` captured in ONE CUDA graph; compiled: torch.compile
     (mode="max-autotune-no-cudagraphs") first, the graph then being the one capture."""
-    fn = torch.compile(step, mode="max-autotune-no-cudagraphs") if compiled else step
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s), torch.no_grad():
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(s)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph), torch.no_grad():
-        fn()
+    from .stacks import capture
+    graph = capture(torch.compile(step, mode="max-autotune-no-cudagraphs") if compiled else step)
     return lambda i: graph.replay()
 
 

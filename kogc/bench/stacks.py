@@ -35,16 +35,17 @@ def eager_step(model, device: str, context: int):
     return run
 
 
-def _capture(fn, tok, pos):
+def capture(fn, *args):
+    """fn(*args) captured in ONE CUDA graph, after three warm-up runs on a side stream."""
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s), torch.no_grad():
         for _ in range(3):
-            fn(tok, pos)
+            fn(*args)
     torch.cuda.current_stream().wait_stream(s)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph), torch.no_grad():
-        fn(tok, pos)
+        fn(*args)
     return graph
 
 
@@ -53,7 +54,7 @@ def graph_step(model, device: str, context: int):
     if device != "cuda":
         raise RuntimeError("CUDA graphs need a GPU")
     tok, pos = _inputs(device, context)
-    graph = _capture(model, tok, pos)
+    graph = capture(model, tok, pos)
     return lambda i: graph.replay()
 
 
@@ -63,7 +64,7 @@ def compiled_graph_step(model, device: str, context: int):
         raise RuntimeError("CUDA graphs need a GPU")
     compiled = torch.compile(model, mode="max-autotune-no-cudagraphs", fullgraph=False)
     tok, pos = _inputs(device, context)
-    graph = _capture(compiled, tok, pos)
+    graph = capture(compiled, tok, pos)
     return lambda i: graph.replay()
 
 
