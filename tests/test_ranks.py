@@ -9,6 +9,7 @@ import torch
 import kogc
 from conftest import tiny
 from kogc.api import INTERPRETER_TILES
+from kogc.fp8 import fake_quantize_module
 from kogc.frontend import to_ir
 from kogc.ir.executor import execute, new_state
 from kogc.ir.shard import ShardError, shard, vocab_shard
@@ -31,12 +32,16 @@ def _eager_steps(model, tokens):
     return out
 
 
-def check_steps(gpus: int, overrides: dict, steps: int = 4) -> None:
+def check_steps(gpus: int, overrides: dict, steps: int = 4, weights: str = "model") -> None:
     """`steps` steps from a fresh cache on fresh random weights: the ranks' logits shards and token,
-    gathered, equal eager's and the IR reference's (fp32, 1e-5)."""
+    gathered, equal eager's and the IR reference's (fp32, 1e-5). FP8 weights: per rank as on one GPU
+    (each rank its lanes' and its vocabulary shard's tiles), the references running the same quantized
+    weights."""
     model = tiny(seed=gpus, **L8, **overrides)
-    ck = kogc.compile(model, gpus=gpus, tile_config=ONE_SPLIT)
+    ck = kogc.compile(model, gpus=gpus, tile_config=ONE_SPLIT, weights=weights)
     graph = to_ir(model)
+    if weights == "fp8":
+        fake_quantize_module(model, graph)
     weights, state = weights_of(model, graph), new_state(graph)
     gen = torch.Generator().manual_seed(gpus)
     tokens = torch.randint(0, model.config.vocab_size, (steps,), generator=gen).tolist()
@@ -49,12 +54,12 @@ def check_steps(gpus: int, overrides: dict, steps: int = 4) -> None:
 
 
 # (2 layers where d = 1 is enough for a delayed sum; 3 where d = 2)
-@pytest.mark.parametrize("gpus,overrides", [
-    (2, dict(broadcast_delay=1, use_early_comm=True, num_hidden_layers=2)),
-    (4, dict(broadcast_delay=2, use_early_comm=False, replicated_rmsn_scale=False)),
-], ids=["G2-d1-early", "G4-d2-late-perlane"])
-def test_ranks_equal_eager_and_ir_reference(gpus, overrides):
-    check_steps(gpus, overrides)
+@pytest.mark.parametrize("gpus,overrides,weights", [
+    (2, dict(broadcast_delay=1, use_early_comm=True, num_hidden_layers=2), "model"),
+    (4, dict(broadcast_delay=2, use_early_comm=False, replicated_rmsn_scale=False), "fp8"),
+], ids=["G2-d1-early", "G4-d2-late-perlane-fp8"])
+def test_ranks_equal_eager_and_ir_reference(gpus, overrides, weights):
+    check_steps(gpus, overrides, weights=weights)
 
 
 def test_rank_graphs_hold_their_lanes_and_a_vocabulary_shard():
