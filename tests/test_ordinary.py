@@ -141,10 +141,19 @@ def test_transformers_llama_equals_eager_and_generate():
 
 @pytest.mark.parametrize("cls_name,cfg", [
     ("LlamaForCausalLM", dict(num_key_value_heads=6, tie_word_embeddings=False)),
-    ("MistralForCausalLM", dict(sliding_window=None)),
+    ("MistralForCausalLM", {}),      # its default window (4,096) is longer than the cache: the plain causal path
 ])
 def test_transformers_models_equal_eager(cls_name, cfg):
-    assert_equals_eager(hf_model(cls_name, **cfg), kernel_at=())
+    model = hf_model(cls_name, **cfg)
+    assert_equals_eager(model, kernel_at=())
+    if getattr(model.config, "sliding_window", None):
+        # the step (window off) computes what the model's own windowed forward does over the sequence
+        step, ids = kogc.frontend.decode_step(model), [7, 42, 99]
+        with torch.no_grad():
+            for pos, t in enumerate(ids):
+                got, _ = step(torch.tensor(t), torch.tensor(pos))
+            want = model(input_ids=torch.tensor([ids])).logits[0, -1]
+        assert rel_err(got, want) < 1e-5 and model.config.sliding_window == 4096
 
 
 def test_transformers_checkpoint_directory(tmp_path, capsys):

@@ -6,6 +6,8 @@ tensors are registered as buffers of the step module: kogc finds them as the mod
 """
 from __future__ import annotations
 
+import contextlib
+import copy
 import inspect
 
 import torch
@@ -30,10 +32,16 @@ class DecodeStep(nn.Module):
         limit = getattr(config, "max_position_embeddings", None) or DEFAULT_MAX_LEN
         self.max_len = min(max_len or DEFAULT_MAX_LEN, limit)
         self.model = model
-        if getattr(config, "sliding_window", None) and getattr(config, "use_sliding_window", True) and \
-                config.sliding_window < self.max_len:
-            raise ModelFileError(f"{type(model).__name__}: sliding-window attention ({config.sliding_window} "
-                                 f"positions) is not supported; pass max_len <= {config.sliding_window}")
+        window = getattr(config, "sliding_window", None) if getattr(config, "use_sliding_window", True) else None
+        if window and window < self.max_len:
+            raise ModelFileError(f"{type(model).__name__}: sliding-window attention ({window} "
+                                 f"positions) is not supported; pass max_len <= {window}")
+        # a window at least as long as the cache never bites: the step runs the plain causal path (the
+        # sliding-window cache and mask of transformers capture as a mask fixed at one position)
+        self.no_window = bool(window)
+        if self.no_window:
+            config = copy.copy(config)
+            config.sliding_window = None
         # (transformers 5 names the cache argument `cache`; earlier versions `past_key_values`)
         self.cache_arg = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
         param = next(model.parameters())
@@ -52,8 +60,9 @@ class DecodeStep(nn.Module):
             layer.keys, layer.values = getattr(self, f"k_cache_{i}"), getattr(self, f"v_cache_{i}")
             layer.cumulative_length = getattr(self, f"cache_length_{i}")
             layer.cumulative_length.copy_(pos)   # the cache writes at its own counter: set it to pos
-        out = self.model(input_ids=token.reshape(1, 1), position_ids=pos.reshape(1, 1),
-                         cache_position=pos.reshape(1), use_cache=True, **{self.cache_arg: self.cache})
+        with _window_off(self.model.config if self.no_window else None):
+            out = self.model(input_ids=token.reshape(1, 1), position_ids=pos.reshape(1, 1),
+                             cache_position=pos.reshape(1), use_cache=True, **{self.cache_arg: self.cache})
         logits = out.logits.reshape(-1)
         return logits, torch.argmax(logits)
 
@@ -61,6 +70,20 @@ class DecodeStep(nn.Module):
         for layer in self.cache.layers:
             layer.keys.zero_()
             layer.values.zero_()
+
+
+@contextlib.contextmanager
+def _window_off(config):
+    """config.sliding_window (and its text config's) set to None for one call, then restored."""
+    configs = [] if config is None else list({id(c): c for c in (config, config.get_text_config())}.values())
+    saved = [c.sliding_window for c in configs]
+    try:
+        for c in configs:
+            c.sliding_window = None
+        yield
+    finally:
+        for c, w in zip(configs, saved):
+            c.sliding_window = w
 
 
 def decode_step(model: nn.Module, max_len: int | None = None) -> nn.Module:
