@@ -119,6 +119,8 @@ def compile(module: torch.nn.Module, target: str | None = None, device: str | No
     checkpoint) gives weights already in FP8, packed as they are, the others quantized."""
     target = target or default_target()
     module = decode_step(module, max_len)
+    if weights == "fp8":        # weights the model holds in FP8 already are packed as they are
+        weights = getattr(module, "kogc_fp8_weights", None) or "fp8"
     tile_config, prequantized = weight_format(weights, tile_config,
                                               interpret if interpret is not None else not runs_here(get_target(target)))
     if gpus != 1:

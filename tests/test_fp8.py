@@ -178,3 +178,32 @@ def test_quality_harness_computes_what_the_kernel_does():
     got = weights_of(decode_step(model, max_len=16), ck.ir, {"model.lm_head.weight": tied})
     assert got["model.lm_head.weight"] is not None and torch.equal(got["model.lm_head.weight"].q.view(torch.uint8),
                                                                      tied.q.view(torch.uint8))
+
+
+def test_a_transformers_directory_stored_in_fp8(tmp_path):
+    # safetensors holding float8 weights with NAME_scale beside them: the module gets the dequantized
+    # values (transformers alone would load the bare FP8 numbers), kogc streams the stored bytes
+    transformers = pytest.importorskip("transformers")
+    from safetensors.torch import load_file, save_file
+
+    from kogc.frontend.transformers_dir import load_decode_step
+    torch.manual_seed(5)
+    cfg = transformers.LlamaConfig(vocab_size=300, hidden_size=96, intermediate_size=160, num_hidden_layers=1,
+                                   num_attention_heads=6, num_key_value_heads=2, max_position_embeddings=64)
+    transformers.LlamaForCausalLM(cfg).save_pretrained(tmp_path)
+    (path,) = tmp_path.glob("*.safetensors")
+    state, stored = load_file(path), {}
+    for k in [k for k in load_file(path) if k.endswith("proj.weight") or k == "lm_head.weight"]:
+        scale = quantize(state[k]).scale * 1.5        # not what kogc would choose: using them shows
+        state[k], state[k + "_scale"] = (state[k] / scale[:, None]).to(torch.float8_e4m3fn), scale[:, None]
+        stored[k] = Fp8Weight(state[k], scale)
+    save_file(state, str(path), metadata={"format": "pt"})
+    step = load_decode_step(str(tmp_path), max_len=16)
+    w = step.model.model.layers[0].mlp.down_proj.weight
+    assert torch.equal(w, stored["model.layers.0.mlp.down_proj.weight"].dequantize())
+    ck = kogc.compile(step, target="h200", weights="fp8")
+    assert ck.schedule.tile_config.weights == "fp8"
+    logits, nxt = ck.step(11, 0)
+    with torch.no_grad():
+        want, want_next = step(torch.tensor(11), torch.tensor(0))
+    assert rel_err(logits, want) < 1e-5 and nxt == int(want_next)

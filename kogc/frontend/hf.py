@@ -32,6 +32,9 @@ class DecodeStep(nn.Module):
         limit = getattr(config, "max_position_embeddings", None) or DEFAULT_MAX_LEN
         self.max_len = min(max_len or DEFAULT_MAX_LEN, limit)
         self.model = model
+        fp8 = getattr(model, "kogc_fp8_weights", None)       # weights stored in FP8 (kogc.frontend.transformers_dir)
+        if fp8:
+            self.kogc_fp8_weights = {"model." + k: v for k, v in fp8.items()}
         window = getattr(config, "sliding_window", None) if getattr(config, "use_sliding_window", True) else None
         if window and window < self.max_len:
             raise ModelFileError(f"{type(model).__name__}: sliding-window attention ({window} "

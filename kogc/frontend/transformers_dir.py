@@ -1,7 +1,13 @@
 """A transformers causal LM from a local directory: `config.json` + `*.safetensors`, or one `.gguf` file
-(transformers dequantizes it; needs the `gguf` package). Nothing is downloaded."""
+(transformers dequantizes it; needs the `gguf` package). Nothing is downloaded.
+
+Weights stored in FP8 in the safetensors (float8 tensors with a per-row scale beside them as NAME_scale,
+kogc.fp8.from_state_dict) are given to the module dequantized (transformers alone would load the bare
+FP8 values) and kept, as they are, in the model's `kogc_fp8_weights`: `kogc.compile(..., weights="fp8")`
+packs those bytes without a round trip through the model's dtype."""
 from __future__ import annotations
 
+import glob
 import os
 
 import torch
@@ -41,7 +47,41 @@ def load_model(path: str, device: str = "cpu", dtype: torch.dtype | None = None)
         model = tf.AutoModelForCausalLM.from_pretrained(directory, dtype=dtype or "auto", **kwargs)
     except (OSError, ValueError, KeyError) as e:
         raise ModelFileError(f"model directory {path}: {str(e).splitlines()[0]}") from None
+    if not gguf:
+        _fp8_into(model, directory)
     return model.to(device).eval().requires_grad_(False)
+
+
+FP8_ATTRIBUTE = "kogc_fp8_weights"
+
+
+def _fp8_into(model, directory: str) -> None:
+    """The directory's FP8 weights: each parameter set to its dequantized values, and the FP8 tensors
+    kept in model.kogc_fp8_weights (by parameter name) when there are any."""
+    from safetensors import safe_open
+
+    from ..fp8 import SCALE_SUFFIXES, from_state_dict
+    files = sorted(glob.glob(os.path.join(directory, "*.safetensors")))
+    names = {}
+    for f in files:
+        with safe_open(f, "pt") as h:
+            names.update({k: (f, h.get_slice(k).get_dtype()) for k in h.keys()})
+    wanted = [k for k, (_, dt) in names.items() if dt.startswith("F8")]
+    wanted += [k + s for k in wanted for s in SCALE_SUFFIXES if k + s in names]
+    if not wanted:
+        return
+    state = {}
+    for k in wanted:
+        with safe_open(names[k][0], "pt") as h:
+            state[k] = h.get_tensor(k)
+    fp8 = from_state_dict(state)
+    params = dict(model.named_parameters(remove_duplicate=False))
+    for name, w in fp8.items():
+        if name not in params:
+            raise ModelFileError(f"model directory {directory}: FP8 tensor {name} is no parameter of the model")
+        with torch.no_grad():
+            params[name].copy_(w.dequantize(params[name].dtype))
+    setattr(model, FP8_ATTRIBUTE, fp8)
 
 
 def load_tokenizer(path: str):

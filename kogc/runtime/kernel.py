@@ -242,6 +242,9 @@ def weights_of(module: torch.nn.Module, graph: Graph, prequantized: dict | None 
         raise KogcError(f"pre-quantized weight {unknown[0]}: the model has no parameter of that name")
     out = {}
     streamed = matvec_params(graph) if prequantized else set()
+    # (a tied parameter may reach the IR under its other name)
+    prequantized = {**{a: prequantized[k] for k in prequantized for a, t in params.items() if t is params[k]},
+                    **prequantized}
     for n in graph.nodes:
         if n.op is Op.PARAM:
             source = n.attrs.get("source", n.attrs["name"])
