@@ -46,13 +46,16 @@ def profile_kind_us(module: torch.nn.Module, target: Target, tile_bytes: int) ->
 
 
 def tile_config_for(module: torch.nn.Module, target: Target, tile_config: TileConfig | None = None,
-                    interpret: bool = False) -> TileConfig:
+                    interpret: bool = False, weights: str = "model") -> TileConfig:
     """The settings a compile of `module` uses: `tile_config` (else the defaults, the interpreter's
     under the interpreter), with the placement's cost model filled in: the config's own kind_us if
     set, else the model's shipped profile for this target when it was measured with the config's
-    tile size, else none (the bytes model). Anything that schedules a model for a kernel (kogc compile,
-    kogc analyze) should go through this, so that it places as kogc.compile does."""
+    tile size, else none (the bytes model); weights="fp8" sets TileConfig.weights (a tile config may
+    also ask for it itself). Anything that schedules a model for a kernel (kogc compile, kogc analyze)
+    should go through this, so that it places as kogc.compile does."""
     cfg = tile_config or (INTERPRETER_TILES if interpret else TileConfig())
+    if weights != "model":
+        cfg = dataclasses.replace(cfg, weights=weights)
     if cfg.kind_us is None:
         kind_us = profile_kind_us(module, target, cfg.tile_bytes)
         if kind_us:
@@ -119,33 +122,33 @@ def compile(module: torch.nn.Module, target: str | None = None, device: str | No
     checkpoint) gives weights already in FP8, packed as they are, the others quantized."""
     target = target or default_target()
     module = decode_step(module, max_len)
-    if weights == "fp8":        # weights the model holds in FP8 already are packed as they are
-        weights = getattr(module, "kogc_fp8_weights", None) or "fp8"
-    tile_config, prequantized = weight_format(weights, tile_config,
-                                              interpret if interpret is not None else not runs_here(get_target(target)))
+    weights, prequantized = weight_format(weights, module)
     if gpus != 1:
         return _compile_ranked(module, target, device, interpret, tile_config, num_programs, profile, num_warps,
-                               max_registers, gpus, one_gpu, prequantized)
+                               max_registers, gpus, one_gpu, weights, prequantized)
     tgt = get_target(target)
     if interpret is None:
         interpret = not runs_here(tgt)
-    if interpret and tile_config is not None and tile_config.weights == "fp8" and tgt.fp8_format != "e4m3fn":
-        raise KogcError(f"Triton's interpreter cannot run {tgt.name}'s FP8 format ({tgt.fp8_format}); compile it ahead of "
-                        f"time (kogc compile --target {tgt.name} --weights fp8 --out DIR) or interpret for h200")
     device = device or ("cpu" if interpret else "cuda")
     if not interpret and tgt.vendor == "nvidia" and torch.device(device).type == "cuda":
         tgt = device_target(tgt, device, num_warps, max_registers)
     graph = to_ir(module)
     placement = "sequential" if interpret else "parallel"
-    cfg = tile_config_for(module, tgt, tile_config, interpret)
+    cfg = tile_config_for(module, tgt, tile_config, interpret, weights)
+    if interpret and cfg.weights == "fp8" and tgt.fp8_format != "e4m3fn":
+        raise KogcError(f"Triton's interpreter cannot run {tgt.name}'s FP8 format ({tgt.fp8_format}); compile it ahead of "
+                        f"time (kogc compile --target {tgt.name} --weights fp8 --out DIR) or interpret for h200")
     schedule = build_schedule(graph, tgt, placement, cfg, num_programs=num_programs)
     return CompiledKernel(graph, schedule, weights_of(module, graph, prequantized), device, interpret, profile=profile,
                           num_warps=num_warps or tgt.num_warps,
                           max_registers=max_registers or tgt.max_registers)
 
 
-def weight_format(weights, tile_config: TileConfig | None, interpret: bool) -> tuple[TileConfig | None, dict]:
-    """compile's `weights` -> (the tile config with TileConfig.weights set, pre-quantized weights by name)."""
+def weight_format(weights, module: torch.nn.Module) -> tuple[str, dict]:
+    """compile's `weights` -> (TileConfig.weights, pre-quantized weights by parameter name). "fp8" takes
+    the weights a module holds in FP8 already (its `kogc_fp8_weights`: kogc.frontend.transformers_dir)."""
+    if weights == "fp8":
+        weights = getattr(module, "kogc_fp8_weights", None) or "fp8"
     prequantized = {}
     if isinstance(weights, dict):
         bad = [k for k, v in weights.items() if not isinstance(v, Fp8Weight)]
@@ -155,14 +158,11 @@ def weight_format(weights, tile_config: TileConfig | None, interpret: bool) -> t
         prequantized, weights = weights, "fp8"
     if weights not in WEIGHT_FORMATS:
         raise KogcError(f"weights={weights!r}: one of {', '.join(WEIGHT_FORMATS)}, or a dict of kogc.fp8.Fp8Weight")
-    if weights == "model" or (tile_config is not None and tile_config.weights == weights):
-        return tile_config, prequantized     # (a tile config may ask for fp8 itself)
-    base = tile_config or INTERPRETER_TILES if interpret else tile_config or TileConfig()
-    return dataclasses.replace(base, weights=weights), prequantized
+    return weights, prequantized
 
 
 def _compile_ranked(module, target, device, interpret, tile_config, num_programs, profile, num_warps, max_registers,
-                    gpus, one_gpu, prequantized=None):
+                    gpus, one_gpu, weights="model", prequantized=None):
     from .ir.shard import check_shardable
     from .runtime.ranks import RankedKernel
     from .scheduler.ranks import build_rank_schedules
@@ -175,7 +175,7 @@ def _compile_ranked(module, target, device, interpret, tile_config, num_programs
         from .runtime import distributed
         if distributed.launched():
             return distributed.compile_rank(module, graph, tgt, tile_config, num_programs, num_warps, max_registers,
-                                            gpus, profile, prequantized)
+                                            gpus, profile, weights, prequantized)
         if not one_gpu:
             raise KogcError(f"gpus={gpus}: start one process per GPU (torchrun --nproc-per-node {gpus}, or "
                             f"`kogc run/bench --gpus {gpus}`), or pass one_gpu=True to run every rank on this GPU")
@@ -183,7 +183,7 @@ def _compile_ranked(module, target, device, interpret, tile_config, num_programs
     if not interpret:
         tgt = device_target(tgt, device, num_warps, max_registers)
     placement = "sequential" if interpret else "parallel"
-    cfg = tile_config_for(module, tgt, tile_config, interpret)
+    cfg = tile_config_for(module, tgt, tile_config, interpret, weights)
     # one GPU shared by the ranks: each gets its share of the resident programs
     programs = num_programs or (None if interpret else max(1, tgt.num_programs // gpus))
     schedules = build_rank_schedules(graph, gpus, tgt, placement, cfg, num_programs=programs)

@@ -19,7 +19,8 @@ def _tile_config(text: str | None):
 
 
 def _tile_json(args) -> str | None:
-    """--tile-config with --weights merged in (for the commands that schedule without kogc.compile)."""
+    """--tile-config with --weights merged in (for the commands that take the settings as JSON: sweep's
+    base of every variant, analyze's record)."""
     import json
     if getattr(args, "weights", "model") == "model":
         return args.tile_config
@@ -226,138 +227,6 @@ def _fail(msg: str) -> int:
 
 def _progress(step: int, total: int, what: str, t0: float) -> None:
     print(f"[{step}/{total}] {what} ({time.perf_counter() - t0:.1f}s)", file=sys.stderr, flush=True)
-
-
-def cmd_compile(args) -> int:
-    from .frontend import decode_step, to_ir, written_for_kogc
-    from .frontend.model_file import build_model
-    from .ir import to_json, to_text
-    from .targets import get_target
-
-    try:
-        target = get_target(args.target)
-    except KeyError as e:
-        return _fail(e.args[0])
-    if not args.emit and not args.out:
-        return _fail("nothing to do: give --emit STAGE or --out DIR")
-    if args.per_variant and not args.out:
-        return _fail("--per-variant writes its binaries and table under --out DIR: give one")
-    if args.gpus != 1 and args.per_variant:
-        return _fail("--per-variant with --gpus: compile one rank's variants with --gpus 1 instead")
-    t0 = time.perf_counter()
-    total = 2 if args.emit in ("ir", "ir-json") else (5 + args.per_variant if args.out else 3)
-    overrides = model_overrides(args)
-    # Shapes are all a model written for kogc needs: built on the meta device unless a checkpoint is
-    # given. Another model's position tables and masks are evaluated while it is captured: on the CPU.
-    model = build_model(args.model_file, preset=args.config, checkpoint=args.checkpoint,
-                        device="cpu" if args.checkpoint else "meta", seed=None, **overrides)
-    if not written_for_kogc(decode_step(model)) and any(t.is_meta for t in model.buffers()):
-        model = build_model(args.model_file, preset=args.config, checkpoint=args.checkpoint, device="cpu", seed=None,
-                            **overrides)
-    graph = to_ir(model)
-    graph.meta["target"] = target.name
-    _progress(1, total, f"traced {args.model_file}", t0)
-    if args.emit in ("ir", "ir-json"):
-        _progress(2, total, f"lowered to IR: {len(graph.nodes)} nodes", t0)
-        print(to_json(graph) if args.emit == "ir-json" else to_text(graph, sources=True))
-        return 0
-    from .api import tile_config_for
-    from .codegen.render import render
-    from .scheduler import SchedulerError, build_schedule
-    _progress(2, total, f"IR has {len(graph.nodes)} nodes; scheduling for {target.name}", t0)
-    cfg = tile_config_for(model, target, _tile_config(_tile_json(args)))
-    if args.gpus != 1:
-        from .cli_ranks import compile_ranks
-        return compile_ranks(args, graph, target, cfg, t0, total)
-    try:
-        # placed as kogc.compile places it (with the model's shipped task times, if any)
-        schedule = build_schedule(graph, target, tile_config=cfg)
-    except SchedulerError as e:
-        return _fail(str(e))
-    _progress(3, total, f"{len(schedule.tasks)} tasks on {len(schedule.queues)} programs; generating code", t0)
-    source = render(schedule)
-    if args.emit == "tasks":
-        print(format_tasks(schedule))
-    elif args.emit == "schedule":
-        print(schedule.report())
-        print(format_queues(schedule))
-    elif args.emit == "source":
-        print(source, end="")
-    if args.out:
-        write_outputs(args.out, graph, schedule, source, target, t0, total)
-    if args.per_variant:
-        write_variant_table(args.out, schedule, t0, total)
-    return 0
-
-
-
-
-def write_variant_table(out: str, schedule, t0: float, total: int) -> None:
-    from .codegen.variants import format_variant_table, variant_summaries
-
-    def progress(i, n, v):
-        _progress(total, total, f"compiling code variant {i + 1}/{n} alone: {'/'.join(map(str, v))}", t0)
-    try:
-        rows = variant_summaries(schedule, os.path.join(out, "variants"), progress)
-    except (RuntimeError, ValueError) as e:
-        raise KogcError(f"ahead-of-time compilation of a variant failed: {e}") from None
-    table = format_variant_table(rows)
-    with open(os.path.join(out, "variants.txt"), "w") as f:
-        f.write(table + "\n")
-    print(table)
-
-
-def format_tasks(schedule) -> str:
-    lines = ["# id variant op lane layer | waits (event:need) -> publishes | weight tile"]
-    for t in schedule.tasks:
-        w = f"{t.weight.param}[{'lane ' + str(t.weight.lane) + ', ' if t.weight.lane >= 0 else ''}rows " \
-            f"{t.weight.row0}:{t.weight.row0 + t.weight.rows}]" if t.weight else "-"
-        waits = " ".join(f"{g}:{n}" for g, n in t.waits) or "-"
-        lines.append(f"{t.id} {'/'.join(map(str, t.variant))} {t.op} {t.lane} {t.layer} | {waits} -> {t.group} | {w}")
-    return "\n".join(lines)
-
-
-def format_queues(schedule) -> str:
-    per = schedule.weight_elems_per_program()
-    lines = ["# program: tasks, weight stream elements, first..last task"]
-    for p, q in enumerate(schedule.queues):
-        lines.append(f"{p}: {len(q)} tasks, {per[p]} weights, {q[0] if q else '-'}..{q[-1] if q else '-'}")
-    return "\n".join(lines)
-
-
-def write_outputs(out: str, graph, schedule, source: str, target, t0: float, total: int) -> None:
-    from .codegen.aot import compile_kernel
-    from .codegen.render import KERNEL_NAME, signature
-    from .ir import to_text
-    os.makedirs(out, exist_ok=True)
-    files = {"ir.txt": to_text(graph, sources=True), "schedule.json": schedule.to_json(),
-             "report.txt": schedule.report() + "\n", "kernel.py": source}
-    for name, text in files.items():
-        with open(os.path.join(out, name), "w") as f:
-            f.write(text)
-    _progress(4, total, f"wrote {', '.join(files)}; compiling for {target.arch} with triton.compile", t0)
-    sig, consts = signature(schedule)
-    try:
-        arts = compile_kernel(os.path.join(out, "kernel.py"), KERNEL_NAME, sig, consts, target.name,
-                              os.path.join(out, target.arch), num_warps=target.num_warps,
-                              options={"maxnreg": target.max_registers} if target.max_registers else None)
-    except (RuntimeError, ValueError) as e:
-        raise KogcError(f"ahead-of-time compilation failed: {e}") from None
-    from .codegen.aot import disassembly_summary
-    summary = disassembly_summary(arts)
-    with open(os.path.join(out, "report.txt"), "a") as f:
-        f.write("machine code: " + ", ".join(f"{k} {v}" for k, v in summary.items()) + "\n")
-        if target.vendor == "amd":     # the synchronisation, checked in the ISA (kogc.codegen.amd_isa)
-            from .codegen.amd_isa import check
-            with open(arts["amdgcn"]) as a, open(arts["ttir"]) as t:
-                sync = check(a.read(), t.read(), source)
-            f.write(f"synchronisation (gfx942 ISA): {sync['publishes']} counter publishes, {sync['acquires']} "
-                    f"acquires, {len(sync['problems'])} problems\n" + "".join(f"  {p}\n" for p in sync["problems"]))
-            if sync["problems"]:
-                raise KogcError(f"the {target.arch} build's synchronisation is wrong: {sync['problems'][0]} (see "
-                                f"{os.path.join(out, 'report.txt')})")
-    binary = arts.get("cubin") or arts.get("hsaco")
-    _progress(5, total, f"done: {binary}", t0)
 
 
 def _ints(text: str, what: str) -> list[int]:
@@ -598,6 +467,7 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as e:          # --help (0) or a usage error (2, its line already printed)
         return e.code if isinstance(e.code, int) else 2
     args.argv = list(sys.argv[1:] if argv is None else argv)     # (--gpus G starts G processes with these)
+    from .cli_compile import cmd_compile
     try:
         resolve_model(args)
         return {"compile": cmd_compile, "bench": cmd_bench, "run": cmd_run, "check": cmd_check, "sweep": cmd_sweep,

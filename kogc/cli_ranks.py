@@ -6,7 +6,8 @@ import os
 import sys
 import time
 
-from .cli import _fail, _ints, _progress, _tile_config, _tile_json, _write_json, format_queues, format_tasks, write_outputs
+from .cli import _fail, _ints, _progress, _tile_config, _write_json
+from .cli_compile import format_queues, format_tasks, write_outputs
 
 
 def compile_ranks(args, graph, target, cfg, t0: float, total: int) -> int:
@@ -99,7 +100,7 @@ def cmd_predict(args) -> int:
                         device="cpu" if args.checkpoint else "meta", seed=None,
                         **({"num_lanes": args.lanes} if args.lanes else {}))
     graph = to_ir(model)
-    cfg = tile_config_for(model, target, _tile_config(_tile_json(args)))
+    cfg = tile_config_for(model, target, _tile_config(args.tile_config), weights=args.weights)
     rows = predict(graph, target, cfg, gpus, args.local_us, args.remote_us, args.measured_ms,
                    progress=lambda G: _progress(gpus.index(G) + 1, len(gpus), f"replaying {G} rank(s)", t0))
     print(f"{args.checkpoint or args.config} on {target.name}: hop {args.local_us:g} us within a GPU, "

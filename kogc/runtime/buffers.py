@@ -64,22 +64,20 @@ def pack_weights(schedule: Schedule, weights: dict, device) -> tuple[torch.Tenso
                 host[w.param] = _host_weight(weights[w.param], schedule) if fp8 else \
                     weights[w.param].detach().to("cpu", dtype)
             src = host[w.param]
+            values = _rows_of(src[0] if fp8 else src, w)
+            stream[at:at + w.numel] = values.reshape(-1)
             if fp8:
-                q8, scale = src
-                rows = slice(w.row0, w.row0 + w.rows)
-                tile = (q8[w.lane] if w.lane >= 0 else q8)[rows]
-                s = (scale[w.lane] if w.lane >= 0 else scale)[rows]
-                soff, n = stream_layout(w.rows, w.cols, 1, True)
-                stream[at:at + w.numel] = tile.reshape(-1)
-                stream[at + soff:at + soff + 4 * w.rows] = s.contiguous().view(torch.uint8)
-                at += n
-            else:
-                tile = (src[w.lane] if w.lane >= 0 else src)[w.row0:w.row0 + w.rows]
-                stream[at:at + w.numel] = tile.reshape(-1)
-                at += w.numel
+                soff, _ = stream_layout(w.rows, w.cols, 1, True)
+                stream[at + soff:at + soff + 4 * w.rows] = _rows_of(src[1], w).contiguous().view(torch.uint8)
+            at += w.stream_elems
     if fp8:
         stream = stream.view(dtype)
     return stream.to(device), torch.tensor(offsets, dtype=torch.int64, device=device)
+
+
+def _rows_of(t: torch.Tensor, w) -> torch.Tensor:
+    """The tile's rows of a weight (or of its per-row scales): its lane's, rows row0 .. row0 + rows."""
+    return (t[w.lane] if w.lane >= 0 else t)[w.row0:w.row0 + w.rows]
 
 
 def _host_weight(w, schedule: Schedule) -> tuple[torch.Tensor, torch.Tensor]:

@@ -57,7 +57,7 @@ def relaunch(gpus: int, argv: list[str]) -> int:
 
 
 def compile_rank(module, graph, target, tile_config, num_programs, num_warps, max_registers, gpus: int,
-                 profile: bool | str = False, prequantized=None):
+                 profile: bool | str = False, weights: str = "model", prequantized=None):
     import torch.distributed as dist
     import torch.distributed._symmetric_memory as symm_mem
 
@@ -78,7 +78,7 @@ def compile_rank(module, graph, target, tile_config, num_programs, num_warps, ma
         else:
             dist.init_process_group("nccl", device_id=torch.device(device))
     tgt = device_target(target, device, num_warps, max_registers)
-    cfg = tile_config_for(module, tgt, tile_config)
+    cfg = tile_config_for(module, tgt, tile_config, weights=weights)
     schedules = build_rank_schedules(graph, gpus, tgt, "parallel", cfg, num_programs=num_programs)
     shared = []
 

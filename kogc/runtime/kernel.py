@@ -232,7 +232,7 @@ def weights_of(module: torch.nn.Module, graph: Graph, prequantized: dict | None 
     in `prequantized` (kogc.fp8.Fp8Weight by the module's parameter name) is taken from there: as it is
     where the kernel streams it as a matvec weight, dequantized where it is read in the model's dtype
     (a tied embedding)."""
-    from ..fp8 import matvec_params
+    from ..fp8 import matvec_params, same_tensor
     from ..frontend.views import derive_step
     params = dict(module.named_parameters(remove_duplicate=False))
     params.update(dict(module.named_buffers(remove_duplicate=False)))
@@ -243,13 +243,12 @@ def weights_of(module: torch.nn.Module, graph: Graph, prequantized: dict | None 
     out = {}
     streamed = matvec_params(graph) if prequantized else set()
     # (a tied parameter may reach the IR under its other name)
-    prequantized = {**{a: prequantized[k] for k in prequantized for a, t in params.items() if t is params[k]},
-                    **prequantized}
+    prequantized = {a: w for k, w in prequantized.items() for a in same_tensor(params, k)}
     for n in graph.nodes:
         if n.op is Op.PARAM:
             source = n.attrs.get("source", n.attrs["name"])
             if source in prequantized and n.attrs["name"] in streamed:
-                out[n.attrs["name"]] = _fp8_view(prequantized[source], n.attrs.get("view", ()), source, derive_step)
+                out[n.attrs["name"]] = _fp8_view(prequantized[source], n.attrs.get("view", ()), source)
                 continue
             t = prequantized[source].dequantize(params[source].dtype) if source in prequantized else params[source]
             for step in n.attrs.get("view", ()):
@@ -258,10 +257,11 @@ def weights_of(module: torch.nn.Module, graph: Graph, prequantized: dict | None 
     return out
 
 
-def _fp8_view(w, steps, name: str, derive_step):
+def _fp8_view(w, steps, name: str):
     """A pre-quantized weight seen through the IR's view of it: the values and each value's scale take
     the same steps; the scales must still be one per row of the view (a transposed use is refused)."""
     from ..fp8 import Fp8Weight
+    from ..frontend.views import derive_step
     q = w.q.view(torch.uint8)
     s = w.scale.float()[..., None].expand(w.q.shape)
     for step in steps:
