@@ -254,3 +254,13 @@ def test_a_build_records_the_placements_task_times(tmp_path):
     assert recorded["kind_us"] == kind_us and recorded["attn_splits"] == 16
     ins = load_build(str(tmp_path))
     assert ins.kind_us == kind_us and ins.kind_us_known
+
+
+def test_proton_probe_needs_a_gpu(tmp_path, capsys):
+    # the probe of Proton against kogc's timestamps (docs/inspect.md) runs on an NVIDIA GPU only
+    import torch
+    from kogc.bench import proton_probe
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present: the probe would run")
+    assert proton_probe.main(["--out", str(tmp_path)]) == 2
+    assert "needs an NVIDIA GPU" in capsys.readouterr().err
