@@ -1,12 +1,12 @@
 """MI300X without an AMD GPU: the XCD-aware placement (its invariants, and its schedule run task by task
 under the interpreter against eager), and the synchronisation of the gfx942 build checked in its ISA
-(kogc.codegen.amd_isa), one GPU and one rank of two."""
+(kogc.codegen.amd_isa): laneformer-2b's code as rank 0 of two, and tiny on one GPU."""
 import dataclasses
 
 import pytest
 import torch
 
-from conftest import tiny
+from conftest import lf, tiny
 from kogc.api import INTERPRETER_TILES
 from kogc.codegen import amd_isa
 from kogc.frontend import to_ir
@@ -18,16 +18,23 @@ from kogc.targets import MI300X
 L8 = dict(num_lanes=8, num_key_value_heads=8)
 
 
+# laneformer-2b cut to 2 layers and a 16,384-token vocabulary: its rank-0 kernel (of two, FP8) is
+# laneformer-2b's line for line but for the comments (the kernel's text depends on the set of code
+# variants, not on the number of layers; the vocabulary fixes the argmax's and key sends' sizes, which
+# reach 2b's at 16,384), and it schedules in a second instead of half a minute
+LANEFORMER_2B_CODE = dict(num_hidden_layers=2, vocab_size=16384)
+
+
 @pytest.fixture(scope="module")
 def gfx942_builds(tmp_path_factory):
-    """(amdgcn, ttir, kernel source) of tiny for gfx942, rank 0 of two, with FP8 weights (E4M3FNUZ there):
-    its counters are published and acquired at agent scope within the GPU and at system scope to and from
-    the other rank. (The one-GPU build is checked by every `kogc compile --target mi300x`:
-    tests/test_aot.py.)"""
+    """{"rank0": (amdgcn, ttir, kernel source, schedule), "graph": the model's IR} of laneformer-2b's code for gfx942, rank 0 of two, with FP8
+    weights (E4M3FNUZ there): its counters are published and acquired at agent scope within the GPU and
+    at system scope to and from the other rank. (tiny's one-GPU build: the last test here.)"""
     from kogc.codegen.aot import compile_kernel
     from kogc.codegen.render import KERNEL_NAME, render, signature
     tmp = tmp_path_factory.mktemp("gfx942")
-    g = to_ir(tiny(**L8, dtype=torch.float16))
+    cfg = dataclasses.replace(lf.PRESETS["laneformer-2b"], **LANEFORMER_2B_CODE)
+    g = to_ir(lf.build(cfg, device="meta", seed=None))
     out = {}
     for name, s in (("rank0", build_rank_schedules(g, 2, MI300X, tile_config=TileConfig(weights="fp8"))[0]),):
         src = render(s)
@@ -35,12 +42,13 @@ def gfx942_builds(tmp_path_factory):
         sig, consts = signature(s)
         arts = compile_kernel(str(tmp / f"{name}.py"), KERNEL_NAME, sig, consts, "mi300x", str(tmp / name),
                               num_warps=MI300X.num_warps)
-        out[name] = (open(arts["amdgcn"]).read(), open(arts["ttir"]).read(), src)
+        out[name] = (open(arts["amdgcn"]).read(), open(arts["ttir"]).read(), src, s)
+    out["graph"] = g
     return out
 
 
 def test_gfx942_publishes_and_acquires_are_agent_scoped_in_the_isa(gfx942_builds):
-    asm, ttir, src = gfx942_builds["rank0"]
+    asm, ttir, src, _ = gfx942_builds["rank0"]
     r = amd_isa.check(asm, ttir, src)
     assert r["publishes"] >= 1 and r["acquires"] >= 1
     assert r["problems"] == []
@@ -48,14 +56,14 @@ def test_gfx942_publishes_and_acquires_are_agent_scoped_in_the_isa(gfx942_builds
 
 def test_gfx942_streams_fp8_weights(gfx942_builds):
     # the weight stream is E4M3FNUZ (Triton's fp8e4b8) and converted by the hardware's FP8 unpack
-    asm, ttir, src = gfx942_builds["rank0"]
+    asm, ttir, src, _ = gfx942_builds["rank0"]
     assert "!tt.ptr<f8E4M3FNUZ>" in ttir and "v_cvt_pk_f32_fp8" in asm
 
 
 def test_the_isa_check_fails_what_it_should(gfx942_builds):
     """Without the writeback before the barrier, without an invalidate after an acquire, with a
     volatile load: each is a problem."""
-    asm, ttir, src = gfx942_builds["rank0"]
+    asm, ttir, src, _ = gfx942_builds["rank0"]
     no_fence = asm.replace("buffer_wbl2 sc1\n\ts_waitcnt vmcnt(0)", "s_nop 0").replace(
         "buffer_wbl2 sc0 sc1\n\ts_waitcnt vmcnt(0)", "s_nop 0")
     assert any("writeback" in p for p in amd_isa.check(no_fence, ttir, src)["problems"])
@@ -77,6 +85,26 @@ def test_xcd_placement_keeps_a_lanes_chain_on_its_die():
     assert at_home > 0.5
     assert die_edge_share(aware.tasks, aware.queues, 8) > die_edge_share(flat.tasks, flat.queues, 8)
     assert "dependency edges within one die" in aware.report()
+
+
+def test_xcd_placement_of_laneformer_2b_code(gfx942_builds):
+    """laneformer-2b's shapes on all 304 programs: on one GPU each lane's tasks mostly on its XCD; as
+    rank 0 of two (4 lanes) on its pair of XCDs; both keep more dependency edges inside one XCD than the
+    same tasks placed without the topology, and the report gives the share."""
+    g = gfx942_builds["graph"]
+    flat_target = dataclasses.replace(MI300X, dies=1, cross_die_hop_us=0.0)
+    one_gpu = (build_schedule(g, MI300X), build_schedule(g, flat_target), 8)
+    rank0 = (gfx942_builds["rank0"][3], build_rank_schedules(g, 2, flat_target, tile_config=TileConfig(weights="fp8"))[0], 4)
+    for aware, flat, homes in (one_gpu, rank0):
+        assert aware.num_programs == 304
+        home_of = {tid: (p % 8) * homes // 8 for p, q in enumerate(aware.queues) for tid in q}
+        lane_tasks = [t for t in aware.tasks if t.lane >= 0]
+        at_home = sum(home_of[t.id] == t.lane % homes for t in lane_tasks) / len(lane_tasks)
+        print(f"[amd] {homes} homes: {at_home:.1%} of lane tasks at home, edges within a die "
+              f"{die_edge_share(aware.tasks, aware.queues, 8):.1%} against {die_edge_share(flat.tasks, flat.queues, 8):.1%}")
+        assert at_home > 0.5
+        assert die_edge_share(aware.tasks, aware.queues, 8) > die_edge_share(flat.tasks, flat.queues, 8) + 0.05
+        assert "dependency edges within one die" in aware.report()
 
 
 def test_xcd_aware_schedule_equals_eager_task_by_task():

@@ -44,12 +44,15 @@ def place_parallel(tasks: list[Task], events: list[Event], num_programs: int,
     tasks, so the peers' sum is taken to arrive that long after this rank's own is sent.
 
     `dies` > 1 (MI300X: 8 XCDs, program p on XCD p % dies, each with its own L2): a lane's tasks have
-    a home die (lane % dies) and a program takes the ready tasks of its own die (or of none: the LM
-    head, the final norm) first, another die's only when none of those is ready within `steal_wait_s`:
-    a lane's chain of producers and consumers stays in one L2 where the balance allows. A wait whose
-    producer ran on another die than the waiter's home costs `die_hop_s` more."""
+    a home, one die (lane % dies) or, with fewer lanes than dies (a rank of several GPUs), a group of
+    dies / lanes dies (all of them for one lane: no preference). A program takes the ready tasks of
+    its own home (or of none: the LM head, the final norm) first, another's only when none of those
+    is ready within `steal_wait_s`: a lane's chain of producers and consumers stays in one L2 where
+    the balance allows. A wait whose producer ran outside the waiter's home costs `die_hop_s` more."""
     n = len(tasks)
-    home = [t.lane % dies if dies > 1 and t.lane >= 0 else -1 for t in tasks]
+    lanes = max((t.lane for t in tasks), default=-1) + 1
+    homes = min(dies, lanes) if dies > 1 else 1
+    home = [t.lane % homes if homes > 1 and t.lane >= 0 else -1 for t in tasks]
     stands_for: dict[int, list[tuple[int, float]]] = {}
     for r, (local, hop) in (remote or {}).items():
         stands_for.setdefault(local, []).append((r, hop))
@@ -68,10 +71,10 @@ def place_parallel(tasks: list[Task], events: list[Event], num_programs: int,
         op_rank.setdefault(t.op, len(op_rank))
     upper = (max((t.lane for t in tasks), default=0) + 1) // 2
     prio = [(op_rank[t.op] + (lane_group_stagger if t.lane >= upper > 0 else 0.0), t.id) for t in tasks]
-    # per die (a lane's home; the last: tasks of no die): tasks waiting to be ready, by ready time, and
-    # ready tasks, by priority
-    later: list[list[tuple[float, int]]] = [[] for _ in range(max(dies, 1) + 1)]
-    ready: list[list[tuple[float, int]]] = [[] for _ in range(max(dies, 1) + 1)]
+    # per home (the last: tasks of none): tasks waiting to be ready, by ready time, and ready tasks,
+    # by priority
+    later: list[list[tuple[float, int]]] = [[] for _ in range(homes + 1)]
+    ready: list[list[tuple[float, int]]] = [[] for _ in range(homes + 1)]
     for t in tasks:
         if pending[t.id] == 0:
             later[home[t.id]].append((0.0, t.id))
@@ -91,7 +94,7 @@ def place_parallel(tasks: list[Task], events: list[Event], num_programs: int,
     while placed < n:
         f, p = heapq.heappop(free)
         admit(f)
-        die = p % dies if dies > 1 else -1
+        die = (p % dies) * homes // dies if homes > 1 else -1      # this program's home
         own = (ready[die], ready[-1]) if die >= 0 else (ready[-1],)
         if not any(own):
             # nothing of this die ready: wait for its next task if that comes soon, else take another
