@@ -21,13 +21,14 @@ ARG_NAMES = SimpleNamespace(**{name[2:]: getattr(T, name) for name in dir(T) if 
 
 
 def render(schedule: Schedule, kernel_name: str = KERNEL_NAME, interpret: bool = False,
-           only_variant: int | None = None) -> str:
+           only_variant: int | tuple[int, ...] | None = None) -> str:
     """interpret: the source runs under Triton's interpreter (no inline assembly there). only_variant:
-    a kernel whose dispatch holds that one code variant (for inspecting its machine code alone:
-    `kogc compile --per-variant`; it cannot run the schedule)."""
-    if only_variant is not None and not 0 <= only_variant < len(schedule.variants):
+    a kernel whose dispatch holds that code variant (or those) alone (for inspecting its machine code:
+    `kogc compile --per-variant`, the tests of the machine code; it cannot run the schedule)."""
+    only = None if only_variant is None else {only_variant} if isinstance(only_variant, int) else set(only_variant)
+    if only is not None and not all(0 <= i < len(schedule.variants) for i in only):
         raise ValueError(f"only_variant {only_variant}: the schedule has variants 0..{len(schedule.variants) - 1}")
-    dispatch = [(i, v) for i, v in enumerate(schedule.variants) if only_variant in (None, i)]
+    dispatch = [(i, v) for i, v in enumerate(schedule.variants) if only is None or i in only]
     return _ENV.get_template("monokernel.py.j2").render(
         act_dt=TL_DTYPES[schedule.dtype], publish_some=len(schedule.published) < len(schedule.events),
         model=schedule.graph.meta.get("model", "model"), target=schedule.target.name,
