@@ -144,38 +144,3 @@ def test_compile_under_interpret_mode(kernel_file, tmp_path, monkeypatch):
     assert os.path.getsize(arts["cubin"]) > 0
     assert disassembly_summary(arts)["has_acquire_load"]
 
-
-@pytest.mark.parametrize("target,binary", [("h200", "kogc_monokernel.cubin")])   # (mi300x's build: tests/test_amd.py)
-def test_per_variant_table(tmp_path, capsys, target, binary):
-    # `kogc compile --out --per-variant`: the kernel, its reports, and one kernel per code variant, each with only that body in its
-    # dispatch (so it names only its own variant id), and a table with a row per variant; refused
-    # without --out
-    from kogc.cli import main
-    from kogc.codegen.render import render
-    from kogc.frontend import to_ir
-    from kogc.scheduler import build_schedule
-    from kogc.targets import get_target
-    sys.path.insert(0, os.path.join(_ROOT, "examples"))
-    import laneformer as lf
-    # (tiny's whole kernel is the one tests/test_inspect.py builds: Triton's cache compiles it once)
-    model_file = os.path.join(_ROOT, "examples", "laneformer.py")
-    assert main(["compile", model_file, "--target", target, "--config", "tiny", "--per-variant"]) == 2
-    assert "--out" in capsys.readouterr().err
-    assert main(["compile", model_file, "--target", target, "--config", "tiny", "--out", str(tmp_path),
-                 "--per-variant"]) == 0
-    kernel = tmp_path / ("sm_90" if target == "h200" else "gfx942") / binary     # the whole kernel too
-    assert kernel.read_bytes()[:4] == b"\x7fELF" and kernel.stat().st_size > 10_000
-    for name in ("kernel.py", "schedule.json", "report.txt", "ir.txt"):
-        assert (tmp_path / name).stat().st_size > 0
-    s = build_schedule(to_ir(lf.kogc_model("tiny", device="meta", seed=None)), get_target(target))
-    rows = (tmp_path / "variants.txt").read_text().splitlines()[1:]
-    assert len(rows) == len(s.variants) and capsys.readouterr().out.count("\n") == len(s.variants) + 1
-    for i, v in enumerate(s.variants):
-        assert rows[i].split()[0] == str(i) and rows[i].endswith("/".join(map(str, v)))
-        assert int(rows[i].split()[1]) > 0                                      # registers
-        assert (tmp_path / "variants" / str(i) / binary).stat().st_size > 1000
-        src = (tmp_path / "variants" / f"{i}.py").read_text()
-        assert f"variant == {i}:" in src and src.count("variant == ") == 1
-    assert render(s).count("variant == ") == len(s.variants)
-    with pytest.raises(ValueError, match="only_variant"):
-        render(s, only_variant=len(s.variants))

@@ -6,6 +6,7 @@ import re
 import shutil
 import struct
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -46,9 +47,10 @@ def _schedule_only(out, tile_config: str):
 
 @pytest.fixture(scope="module")
 def builds(tmp_path_factory):
-    """Two tiny builds: the defaults (the stored profile's schedule; compiled) and 4 attention splits."""
+    """Two tiny builds: the defaults (the stored profile's schedule; compiled, each code variant also
+    alone: --per-variant) and 4 attention splits."""
     a, b = tmp_path_factory.mktemp("tiny"), tmp_path_factory.mktemp("tiny-splits4")
-    _compile(a)
+    _compile(a, "--per-variant")
     _schedule_only(b, '{"attn_splits": 4}')
     return str(a), str(b)
 
@@ -94,7 +96,34 @@ def test_summary(builds, schedule, capsys):
     assert abs(float(m.group(1)) - float(m.group(2))) <= 1
     layers = re.findall(r"^\s+(\d+|tail)\s+\d+\s", out.split("per layer")[1], re.M)
     assert layers[:4] == ["0", "1", "2", "tail"]
-    assert "registers 168" in out and "no variants.txt" in out
+    assert "registers 168" in out and "code variants (variants.txt" in out
+
+
+def test_per_variant_build(builds, schedule, capsys):
+    # `kogc compile --out --per-variant`: the kernel, its reports, and one kernel per code variant, each
+    # with only that body in its dispatch (so it names only its own variant id), and a table with a row
+    # per variant; refused without --out
+    from kogc.codegen.render import render
+    out = Path(builds[0])
+    assert main(["compile", MODEL_FILE, "--target", "h200", "--config", "tiny", "--per-variant"]) == 2
+    assert "--out" in capsys.readouterr().err
+    kernel = out / "sm_90" / "kogc_monokernel.cubin"     # the whole kernel too
+    assert kernel.read_bytes()[:4] == b"\x7fELF" and kernel.stat().st_size > 10_000
+    for name in ("kernel.py", "schedule.json", "report.txt", "ir.txt"):
+        assert (out / name).stat().st_size > 0
+    s = schedule
+    rows = (out / "variants.txt").read_text().splitlines()[1:]
+    assert len(rows) == len(s.variants)
+    for i, v in enumerate(s.variants):
+        assert rows[i].split()[0] == str(i) and rows[i].endswith("/".join(map(str, v)))
+        assert int(rows[i].split()[1]) > 0                                      # registers
+        assert (out / "variants" / str(i) / "kogc_monokernel.cubin").stat().st_size > 1000
+        src = (out / "variants" / f"{i}.py").read_text()
+        assert f"variant == {i}:" in src and src.count("variant == ") == 1
+    assert render(s).count("variant == ") == len(s.variants)
+    assert render(s, only_variant=(0, 2)).count("variant == ") == 2
+    with pytest.raises(ValueError, match="only_variant"):
+        render(s, only_variant=len(s.variants))
 
 
 def test_variants_table_and_kind_us(builds, tmp_path, capsys):
