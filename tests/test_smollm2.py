@@ -20,7 +20,7 @@ pytestmark = [
 transformers = pytest.importorskip("transformers")
 
 QUESTION = "Name three colours of the rainbow."
-NEW = 32
+NEW = 16
 KERNEL_STEPS = 1
 
 
@@ -42,7 +42,7 @@ def test_greedy_answer_through_the_ir_equals_generate(smol):
     from kogc.ir.executor import new_state
     from kogc.runtime.kernel import weights_of
     model, tok, ids = smol
-    # (no EOS: 32 tokens whatever the answer's length; the attention mask given, or generate would
+    # (no EOS: 16 tokens whatever the answer's length; the attention mask given, or generate would
     # take the prompt's <|im_end|> tokens, the pad id, for padding)
     prompt = torch.tensor([ids])
     want = model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=NEW, do_sample=False,
