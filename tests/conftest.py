@@ -54,9 +54,9 @@ def rel_err(a, b):
 # The files whose tests take longest (ahead-of-time compiles, interpreted kernels, the real model),
 # longest first: with -n 2 --dist=loadfile each file goes to the next free worker in this order, so the
 # long ones start at once instead of ending the run alone.
-SLOW_FIRST = ("test_sampling.py", "test_inspect.py", "test_ranks_run.py", "test_amd.py", "test_smollm2.py",
-              "test_monokernel.py", "test_ranks.py", "test_generate.py", "test_ordinary.py", "test_bench.py",
-              "test_machine_code.py", "test_scheduler.py", "test_aot.py")
+SLOW_FIRST = ("test_inspect.py", "test_monokernel.py", "test_sampling.py", "test_amd.py", "test_ranks_run.py",
+              "test_ordinary.py", "test_ranks.py", "test_smollm2.py", "test_scheduler.py", "test_generate.py",
+              "test_machine_code.py", "test_bench.py", "test_fp8.py", "test_aot.py")
 
 
 def pytest_collection_modifyitems(config, items):
