@@ -59,13 +59,7 @@ def cmd_compile(args) -> int:
         return _fail(str(e))
     _progress(3, total, f"{len(schedule.tasks)} tasks on {len(schedule.queues)} programs; generating code", t0)
     source = render(schedule)
-    if args.emit == "tasks":
-        print(format_tasks(schedule))
-    elif args.emit == "schedule":
-        print(schedule.report())
-        print(format_queues(schedule))
-    elif args.emit == "source":
-        print(source, end="")
+    print_stage(args.emit, schedule, source)
     if args.out:
         write_outputs(args.out, graph, schedule, source, target, t0, total)
     if args.per_variant:
@@ -88,6 +82,17 @@ def write_variant_table(out: str, schedule, t0: float, total: int) -> None:
     with open(os.path.join(out, "variants.txt"), "w") as f:
         f.write(table + "\n")
     print(table)
+
+
+def print_stage(emit: str | None, schedule, source: str) -> None:
+    """--emit tasks | schedule | source of a schedule (rank 0's with --gpus); others print nothing here."""
+    if emit == "tasks":
+        print(format_tasks(schedule))
+    elif emit == "schedule":
+        print(schedule.report())
+        print(format_queues(schedule))
+    elif emit == "source":
+        print(source, end="")
 
 
 def format_tasks(schedule) -> str:

@@ -7,7 +7,7 @@ import sys
 import time
 
 from .cli import _fail, _ints, _progress, _tile_config, _write_json
-from .cli_compile import format_queues, format_tasks, write_outputs
+from .cli_compile import print_stage, write_outputs
 
 
 def compile_ranks(args, graph, target, cfg, t0: float, total: int) -> int:
@@ -22,13 +22,7 @@ def compile_ranks(args, graph, target, cfg, t0: float, total: int) -> int:
     _progress(3, total, f"{args.gpus} ranks, {len(s0.tasks)} tasks on {len(s0.queues)} programs each; generating code",
               t0)
     sources = [render(s) for s in schedules]
-    if args.emit == "tasks":
-        print(format_tasks(s0))
-    elif args.emit == "schedule":
-        print(s0.report())
-        print(format_queues(s0))
-    elif args.emit == "source":
-        print(sources[0], end="")
+    print_stage(args.emit, s0, sources[0])
     if args.out:
         for s, src in zip(schedules, sources):
             write_outputs(os.path.join(args.out, f"rank{s.rank}"), s.graph, s, src, target, t0, total)

@@ -115,8 +115,7 @@ def fake_quantize_module(module: torch.nn.Module, graph, fmt: str = "e4m3fn") ->
     parameter that is also read unquantized (a tied embedding) is refused: no eager module holds both."""
     from .frontend.views import derive_step
     from .ir.graph import Op
-    params = dict(module.named_parameters(remove_duplicate=False))
-    params.update(dict(module.named_buffers(remove_duplicate=False)))
+    params = named_tensors(module)
     quantized = matvec_params(graph)
     sources = {}
     for n in graph.nodes:
@@ -142,7 +141,14 @@ def fake_quantize_module(module: torch.nn.Module, graph, fmt: str = "e4m3fn") ->
     return changed
 
 
+def named_tensors(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """Every parameter and buffer of `module` by every name it has (a tied weight under each)."""
+    params = dict(module.named_parameters(remove_duplicate=False))
+    params.update(dict(module.named_buffers(remove_duplicate=False)))
+    return params
+
+
 def same_tensor(params: dict, name: str) -> list[str]:
-    """Every name of `params` (named_parameters(remove_duplicate=False)) holding the tensor of `name`:
+    """Every name of `params` (named_tensors) holding the tensor of `name`:
     more than one for tied weights."""
     return [k for k, t in params.items() if t is params[name]]

@@ -35,16 +35,13 @@ def gfx942_builds(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("gfx942")
     cfg = dataclasses.replace(lf.PRESETS["laneformer-2b"], **LANEFORMER_2B_CODE)
     g = to_ir(lf.build(cfg, device="meta", seed=None))
-    out = {}
-    for name, s in (("rank0", build_rank_schedules(g, 2, MI300X, tile_config=TileConfig(weights="fp8"))[0]),):
-        src = render(s)
-        (tmp / f"{name}.py").write_text(src)
-        sig, consts = signature(s)
-        arts = compile_kernel(str(tmp / f"{name}.py"), KERNEL_NAME, sig, consts, "mi300x", str(tmp / name),
-                              num_warps=MI300X.num_warps)
-        out[name] = (open(arts["amdgcn"]).read(), open(arts["ttir"]).read(), src, s)
-    out["graph"] = g
-    return out
+    s = build_rank_schedules(g, 2, MI300X, tile_config=TileConfig(weights="fp8"))[0]
+    src = render(s)
+    (tmp / "rank0.py").write_text(src)
+    sig, consts = signature(s)
+    arts = compile_kernel(str(tmp / "rank0.py"), KERNEL_NAME, sig, consts, "mi300x", str(tmp / "rank0"),
+                          num_warps=MI300X.num_warps)
+    return {"rank0": (open(arts["amdgcn"]).read(), open(arts["ttir"]).read(), src, s), "graph": g}
 
 
 def test_gfx942_publishes_and_acquires_are_agent_scoped_in_the_isa(gfx942_builds):

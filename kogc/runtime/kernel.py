@@ -232,10 +232,9 @@ def weights_of(module: torch.nn.Module, graph: Graph, prequantized: dict | None 
     in `prequantized` (kogc.fp8.Fp8Weight by the module's parameter name) is taken from there: as it is
     where the kernel streams it as a matvec weight, dequantized where it is read in the model's dtype
     (a tied embedding)."""
-    from ..fp8 import matvec_params, same_tensor
+    from ..fp8 import matvec_params, named_tensors, same_tensor
     from ..frontend.views import derive_step
-    params = dict(module.named_parameters(remove_duplicate=False))
-    params.update(dict(module.named_buffers(remove_duplicate=False)))
+    params = named_tensors(module)
     prequantized = prequantized or {}
     unknown = sorted(set(prequantized) - set(params))
     if unknown:

@@ -69,7 +69,7 @@ def place_parallel(tasks: list[Task], events: list[Event], num_programs: int,
     op_rank: dict[str, int] = {}
     for t in tasks:
         op_rank.setdefault(t.op, len(op_rank))
-    upper = (max((t.lane for t in tasks), default=0) + 1) // 2
+    upper = lanes // 2
     prio = [(op_rank[t.op] + (lane_group_stagger if t.lane >= upper > 0 else 0.0), t.id) for t in tasks]
     # per home (the last: tasks of none): tasks waiting to be ready, by ready time, and ready tasks,
     # by priority
@@ -94,12 +94,12 @@ def place_parallel(tasks: list[Task], events: list[Event], num_programs: int,
     while placed < n:
         f, p = heapq.heappop(free)
         admit(f)
-        die = (p % dies) * homes // dies if homes > 1 else -1      # this program's home
-        own = (ready[die], ready[-1]) if die >= 0 else (ready[-1],)
+        mine_at = (p % dies) * homes // dies if homes > 1 else -1      # this program's home (its die's group)
+        own = (ready[mine_at], ready[-1]) if mine_at >= 0 else (ready[-1],)
         if not any(own):
-            # nothing of this die ready: wait for its next task if that comes soon, else take another
-            # die's ready task, else wait for the soonest of any
-            t_own = soonest((later[die], later[-1]) if die >= 0 else (later[-1],))
+            # nothing of this home ready: wait for its next task if that comes soon, else take another
+            # home's ready task, else wait for the soonest of any
+            t_own = soonest((later[mine_at], later[-1]) if mine_at >= 0 else (later[-1],))
             if t_own - f <= steal_wait_s or not any(ready):
                 t_any = soonest(later)
                 if t_own == float("inf") and t_any == float("inf") and not any(ready):
@@ -126,7 +126,7 @@ def place_parallel(tasks: list[Task], events: list[Event], num_programs: int,
         if left_in_event[g] == 0:
             for e, at in [(g, event_end[g])] + [(r, event_end[g] + hop) for r, hop in stands_for.get(g, [])]:
                 for w in waiters.get(e, []):
-                    far = die_hop_s if die >= 0 and home[w] >= 0 and home[w] != die else 0.0
+                    far = die_hop_s if mine_at >= 0 and home[w] >= 0 and home[w] != mine_at else 0.0
                     ready_at[w] = max(ready_at[w], at + wait_latency_s + far)
                     pending[w] -= 1
                     if pending[w] == 0:
