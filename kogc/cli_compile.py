@@ -98,8 +98,7 @@ def print_stage(emit: str | None, schedule, source: str) -> None:
 def format_tasks(schedule) -> str:
     lines = ["# id variant op lane layer | waits (event:need) -> publishes | weight tile"]
     for t in schedule.tasks:
-        w = f"{t.weight.param}[{'lane ' + str(t.weight.lane) + ', ' if t.weight.lane >= 0 else ''}rows " \
-            f"{t.weight.row0}:{t.weight.row0 + t.weight.rows}]" if t.weight else "-"
+        w = t.weight.where if t.weight else "-"
         waits = " ".join(f"{g}:{n}" for g, n in t.waits) or "-"
         lines.append(f"{t.id} {'/'.join(map(str, t.variant))} {t.op} {t.lane} {t.layer} | {waits} -> {t.group} | {w}")
     return "\n".join(lines)

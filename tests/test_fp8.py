@@ -13,6 +13,7 @@ from kogc.fp8 import (Fp8Weight, fake_quantize, fake_quantize_module, from_state
                       quantize_blocks)
 from kogc.ir import execute
 from kogc.runtime.kernel import fill_kv_from, weights_of
+from kogc.scheduler import TileConfig
 
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="CPU interpreter path (GPU: test_gpu)")
 
@@ -74,10 +75,14 @@ def test_kernel_equals_the_quantized_reference():
     random_cache(model, 3)
     ck = kogc.compile(model, target="h200", weights="fp8")
     assert ck.buffers.W.dtype == torch.float8_e4m3fn and ck.schedule.weight_format == "e4m3fn"
-    matvecs = {t.weight.param for t in ck.schedule.tasks if t.weight}
+    matvecs = {name for t in ck.schedule.tasks if t.weight for name in (t.weight.param, t.weight.up) if name}
     assert matvecs == matvec_params(ck.ir) and "lm_head.weight" in matvecs     # 7 per layer and the head
     ref_w = {k: fake_quantize(v) if k in matvecs else v for k, v in weights_of(model, ck.ir).items()}
     _against_reference(model, ck, ref_w, (37,))      # (37 positions of random cache in 2 splits)
+    # W1 and W3 as (gate, up) row pairs: their rows and scales interleaved in one tile
+    paired = kogc.compile(model, target="h200", weights="fp8", tile_config=TileConfig(mlp_pair_inputs=0))
+    assert any(t.weight.up for t in paired.schedule.tasks if t.weight)
+    _against_reference(model, paired, ref_w, (37,))
     # the stream: one byte per weight (half an fp16 build's), and 4 per row for the scales
     fp16_bytes = sum(t.weight.numel * 2 for t in ck.schedule.tasks if t.weight)
     assert sum(ck.schedule.weight_bytes_per_program()) < 0.55 * fp16_bytes
@@ -93,7 +98,7 @@ def test_prequantized_weights_are_packed_as_they_are():
     given = Fp8Weight((w / scale[..., None]).to(torch.float8_e4m3fn), scale)
     ck = kogc.compile(model, target="h200", weights={name: given})
     assert ck.schedule.tile_config.weights == "fp8"
-    matvecs = {t.weight.param for t in ck.schedule.tasks if t.weight}
+    matvecs = {name for t in ck.schedule.tasks if t.weight for name in (t.weight.param, t.weight.up) if name}
     ref_w = {k: fake_quantize(v) if k in matvecs else v for k, v in weights_of(model, ck.ir).items()}
     ref_w[name] = given.dequantize()
     assert not torch.equal(ref_w[name], fake_quantize(w))

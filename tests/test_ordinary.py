@@ -31,7 +31,7 @@ def weights_vocab(graph) -> int:
     return graph.by_name()[graph.output.inputs[0]].type.shape[0]
 
 
-def assert_equals_eager(model, kernel_at=(0, 1, STEPS - 1), steps=STEPS, seed=0):
+def assert_equals_eager(model, kernel_at=(0, 1, STEPS - 1), steps=STEPS, seed=0, tile_config=None):
     """Eager and kogc from an empty cache over `steps` steps of random tokens, fp32 within 1e-5: the IR
     reference executor at every step, the compiled kernel under the interpreter at `kernel_at` (a step
     there costs about a second: the steps between run eager only, and the kernel's cache is filled
@@ -41,7 +41,7 @@ def assert_equals_eager(model, kernel_at=(0, 1, STEPS - 1), steps=STEPS, seed=0)
     from kogc.ir.executor import new_state
     from kogc.runtime.kernel import fill_kv_from, weights_of
     step = kogc.frontend.decode_step(model)
-    ck = kogc.compile(step) if kernel_at else None
+    ck = kogc.compile(step, tile_config=tile_config) if kernel_at else None
     graph = ck.ir if ck else kogc.frontend.to_ir(step)
     weights, state = weights_of(step, graph), new_state(graph)
     gen = torch.Generator().manual_seed(seed)
@@ -66,6 +66,19 @@ def test_single_file_llama():
     ck = assert_equals_eager(tiny_llama(seed=2))
     counts = ck.ir.count()
     assert counts["rope"] == 4 and counts["attention"] == 2 and ck.ir.meta["num_lanes"] == 1
+    # its W2 reads 160 inputs per row: it forms silu(gate) * up itself (no gated pairs)
+    assert "matvec/silu_mul/residual" in {t.kind_key for t in ck.schedule.tasks}
+
+
+def test_gated_pairs_equal_eager():
+    # W1 and W3 as one task per (gate, up) row pair storing silu(gate) * up, W2 reading that vector
+    # (forced: by default only where W2 would read >= 1024 inputs per row, e.g. Llama-3.2-1B's shapes)
+    from kogc.scheduler import TileConfig
+    ck = assert_equals_eager(tiny_llama(seed=5), kernel_at=(0, 3), steps=4, tile_config=TileConfig(mlp_pair_inputs=0))
+    kinds = {t.kind_key for t in ck.schedule.tasks}
+    assert {"matvec/rmsnorm/silu_mul", "matvec/plain/residual"} <= kinds and "matvec/silu_mul/residual" not in kinds
+    pair = next(t.weight for t in ck.schedule.tasks if t.kind_key == "matvec/rmsnorm/silu_mul")
+    assert pair.up.endswith("w3.weight#lane") and pair.param.endswith("w1.weight#lane")
 
 
 def test_cli_compiles_the_model_file(capsys):

@@ -29,15 +29,17 @@ class Shapes:
 def shapes_of(schedule) -> Shapes:
     """The model's sizes from its scheduled fused ops (whatever wrote the model: the IR is the same)."""
     att = [op for op in schedule.ops if op.kind == "attention"]
-    mlp = [op for op in schedule.ops if op.kind == "matvec" and op.p["prologue"] == "silu_mul"]
+    # the MLP's width: W1/W3 pairs' rows, or W2's inputs where it forms silu(gate) * up itself
+    mlp = [op.p["n"] for op in schedule.ops if op.kind == "matvec" and op.p["epilogue"] == "silu_mul"] or \
+        [op.p["k"] for op in schedule.ops if op.kind == "matvec" and op.p["prologue"] == "silu_mul"]
     head = [op for op in schedule.ops if op.kind == "matvec" and op.p["epilogue"] == "store_argmax"]
     emb = [op for op in schedule.ops if op.kind == "embed"]
     if not (att and mlp and head and emb):
         raise ValueError("a hand-written step needs attention, a SiLU MLP, an LM head and an embedding")
-    a, m = att[0], mlp[0]
+    a = att[0]
     lanes = max(a.lanes, 1)
     return Shapes(hidden=head[0].p["k"], layers=len(att), heads=a.p["kv_heads"] * a.p["group"] * lanes,
-                  kv_heads=a.p["kv_heads"] * lanes, head_dim=a.p["head_dim"], ffn=m.p["k"] * max(m.lanes, 1),
+                  kv_heads=a.p["kv_heads"] * lanes, head_dim=a.p["head_dim"], ffn=mlp[0] * lanes,
                   vocab=head[0].p["n"])
 
 

@@ -37,6 +37,7 @@ def render(schedule: Schedule, kernel_name: str = KERNEL_NAME, interpret: bool =
         nargs=T.NARGS, header=HEADER, A=ARG_NAMES, kernel_name=kernel_name, timer_asm=schedule.target.timer_asm,
         walign=weight_alignment(schedule), aalign=activation_alignment(schedule),
         kalign=attention_alignment(schedule), valign=vector_alignment(schedule),
+        ralign=residual_alignment(schedule),
         prefetch_asm=schedule.target.l2_prefetch_asm, line_elems=128 // schedule.weight_esize,
         scaled=int(schedule.tile_config.weights == "fp8"), esize=schedule.weight_esize,
         # (a prefetch changes no value: left out under the interpreter, which has no inline assembly)
@@ -68,9 +69,17 @@ def weight_alignment(schedule: Schedule) -> int:
 
 
 def activation_alignment(schedule: Schedule) -> int:
-    """The common power of two of every vector offset in matvec tasks' arguments."""
-    return _pow2_divisor(v for t in schedule.tasks if t.kind == "matvec"
-                         for v in (t.args[T.A_X], t.args[T.A_X2], t.args[T.A_OUT], t.args[T.A_H]))
+    """The common power of two of the input vectors' offsets in matvec tasks' arguments (`_vec`; the
+    attention partials' base). Outputs and residual rows start at a task's first row and have their own
+    (`residual_alignment`): with 2-row tiles (Llama-3.2-1B's W2) they would make every input load 32 bits."""
+    return _pow2_divisor(v for t in schedule.tasks if t.kind == "matvec" for v in (t.args[T.A_X], t.args[T.A_X2]))
+
+
+def residual_alignment(schedule: Schedule) -> int:
+    """The common power of two of the offsets a matvec's residual epilogue reads (h and the extra term
+    at its first row, the term's lane stride, the peers' sums)."""
+    return _pow2_divisor(t.args[i] for t in schedule.tasks if t.kind == "matvec" and t.variant[4] == "residual"
+                         for i in (T.A_H, T.A_TERM, T.A_TERM_STRIDE, T.A_RECV, T.A_RECV_STRIDE))
 
 
 STEP_PREFETCH_BYTES = 32 * 1024    # of its weight stream each program asks L2 for at a step's end
@@ -87,9 +96,8 @@ VECTOR_KINDS = ("embed", "residual", "final_norm", "argmax", "send")   # bodies 
 
 def vector_alignment(schedule: Schedule) -> int:
     """The common power of two of every offset the whole-vector bodies (embed, residual, final norm,
-    argmax) and the residual reads (`_act_row`, also in a matvec's residual epilogue) add to a vector
-    index: their bases, strides and lengths. Without it their loads were 16 bits wide (the final norm's
-    16 per thread per lane vector, one after another)."""
+    argmax, send) add to a vector index: their bases, strides and lengths. Without it their loads were
+    16 bits wide (the final norm's 16 per thread per lane vector, one after another)."""
     vals = []
     for t in schedule.tasks:
         a = t.args
@@ -98,8 +106,6 @@ def vector_alignment(schedule: Schedule) -> int:
                      t.variant[1]]
             if t.kind == "residual":        # a term's peers' sums (0 on one GPU)
                 vals += [a[T.A_RECV], a[T.A_RECV_STRIDE]]
-        elif t.kind == "matvec" and t.variant[4] == "residual":
-            vals += [a[T.A_H], a[T.A_TERM], a[T.A_TERM_STRIDE], a[T.A_RECV], a[T.A_RECV_STRIDE]]
     return _pow2_divisor(vals)
 
 

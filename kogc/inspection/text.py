@@ -138,12 +138,9 @@ def weight_text(t, esize: int) -> str:
     w = t.weight
     if w is None:
         return "-"
-    lane = f"lane {w.lane}, " if w.lane >= 0 else ""
     if w.scaled:
-        return (f"{w.param} [{lane}rows {w.row0}:{w.row0 + w.rows} of {w.cols} columns] = {w.numel} FP8 elements "
-                f"and {w.rows} fp32 scales, {w.nbytes} bytes")
-    return (f"{w.param} [{lane}rows {w.row0}:{w.row0 + w.rows} of {w.cols} columns] = {w.numel} elements, "
-            f"{w.numel * esize} bytes")
+        return f"{w.where} of {w.cols} columns = {w.numel} FP8 elements and {w.rows} fp32 scales, {w.nbytes} bytes"
+    return f"{w.where} of {w.cols} columns = {w.numel} elements, {w.numel * esize} bytes"
 
 
 def _task_brief(s, tid: int) -> str:

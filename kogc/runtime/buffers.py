@@ -60,24 +60,26 @@ def pack_weights(schedule: Schedule, weights: dict, device) -> tuple[torch.Tenso
             w = schedule.tasks[tid].weight
             if w is None:
                 continue
-            if w.param not in host:
-                host[w.param] = _host_weight(weights[w.param], schedule) if fp8 else \
-                    weights[w.param].detach().to("cpu", dtype)
-            src = host[w.param]
-            values = _rows_of(src[0] if fp8 else src, w)
+            for name in filter(None, (w.param, w.up)):
+                if name not in host:
+                    host[name] = _host_weight(weights[name], schedule) if fp8 else weights[name].detach().to("cpu", dtype)
+            src = [host[w.param]] + ([host[w.up]] if w.up else [])
+            values = _rows_of([s[0] for s in src] if fp8 else src, w)
             stream[at:at + w.numel] = values.reshape(-1)
             if fp8:
                 soff, _ = stream_layout(w.rows, w.cols, 1, True)
-                stream[at + soff:at + soff + 4 * w.rows] = _rows_of(src[1], w).contiguous().view(torch.uint8)
+                stream[at + soff:at + soff + 4 * w.rows] = _rows_of([s[1] for s in src], w).contiguous().view(torch.uint8)
             at += w.stream_elems
     if fp8:
         stream = stream.view(dtype)
     return stream.to(device), torch.tensor(offsets, dtype=torch.int64, device=device)
 
 
-def _rows_of(t: torch.Tensor, w) -> torch.Tensor:
-    """The tile's rows of a weight (or of its per-row scales): its lane's, rows row0 .. row0 + rows."""
-    return (t[w.lane] if w.lane >= 0 else t)[w.row0:w.row0 + w.rows]
+def _rows_of(ts: list[torch.Tensor], w) -> torch.Tensor:
+    """The tile's rows of a weight (or of its per-row scales): its lane's, rows row0 .. row0 + rows; of a
+    gated pair's two weights ts (w.up), rows row0 .. row0 + rows / 2 of each, alternating."""
+    parts = [(t[w.lane] if w.lane >= 0 else t)[w.row0:w.row0 + w.rows // len(ts)] for t in ts]
+    return parts[0] if len(parts) == 1 else torch.stack(parts, 1).reshape(w.rows, *parts[0].shape[1:])
 
 
 def _host_weight(w, schedule: Schedule) -> tuple[torch.Tensor, torch.Tensor]:

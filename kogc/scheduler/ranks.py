@@ -59,7 +59,7 @@ def build_rank_schedules(graph: Graph, ranks: int, target: Target, placement: st
 def _rank_schedule(g: Graph, target: Target, placement: str, cfg: TileConfig, num_programs: int | None) -> Schedule:
     timings = {}
     t0 = time.perf_counter()
-    ops = fuse(g)
+    ops = fuse(g, cfg)
     tasks, layout, exchanges = tile_rank(g, ops, cfg)
     timings["tile"] = time.perf_counter() - t0
     t0 = time.perf_counter()

@@ -158,7 +158,7 @@ class Schedule:
                        "layer": t.layer, "args": t.args, "publish": t.group, "waits": t.waits,
                        "weight": None if t.weight is None else [t.weight.param, t.weight.lane, t.weight.row0,
                                                                  t.weight.rows, t.weight.cols, t.weight.esize,
-                                                                 t.weight.scaled],
+                                                                 t.weight.scaled, t.weight.up],
                        "cost_bytes": t.cost_bytes} for t in self.tasks],
             "layout": {k: list(v) for k, v in self.layout.slots.items()}, "sizes": self.layout.sizes,
         })
@@ -171,7 +171,7 @@ def build_schedule(graph: Graph, target: Target, placement: str = "parallel",
     cfg = attention_splits(validate(tile_config or TileConfig(), target), graph)
     timings = {}
     t0 = time.perf_counter()
-    ops = fuse(graph)
+    ops = fuse(graph, cfg)
     tasks, layout = tile(graph, ops, cfg)
     timings["tile"] = time.perf_counter() - t0
     t0 = time.perf_counter()

@@ -47,10 +47,19 @@ class WeightTile:
     cols: int
     esize: int = 2    # bytes per stored weight (1: FP8)
     scaled: bool = False    # FP8: the rows' fp32 scales follow the tile in the stream
+    up: str = ""      # a gated pair's second weight: rows alternate, row0 + i of `param` then of `up`
 
     @property
     def numel(self) -> int:
         return self.rows * self.cols
+
+    @property
+    def where(self) -> str:
+        """Which rows of which weight(s), for listings: `w1[lane 0, rows 0:8]`, a pair's `w1 + w3[rows 0:4 of each]`."""
+        lane = f"lane {self.lane}, " if self.lane >= 0 else ""
+        if self.up:
+            return f"{self.param} + {self.up}[{lane}rows {self.row0}:{self.row0 + self.rows // 2} of each]"
+        return f"{self.param}[{lane}rows {self.row0}:{self.row0 + self.rows}]"
 
     @property
     def stream_elems(self) -> int:
