@@ -66,6 +66,40 @@ def quantize(w: torch.Tensor, fmt: str = "e4m3fn") -> Fp8Weight:
     return Fp8Weight(q, scale)
 
 
+def quantize_compensated(w: torch.Tensor, hessian: torch.Tensor, fmt: str = "e4m3fn", damp: float = 0.01,
+                         block: int = 64) -> Fp8Weight:
+    """`w` [rows, K] to FP8 with the same per-row scales as `quantize`, each input's rounding error pushed
+    onto the inputs not yet rounded so that the layer's output error over calibration inputs is least
+    (GPTQ: Frantar et al., 2022). `hessian` [K, K] is the sum of x x^T over those inputs; `damp` times
+    its mean diagonal is added for stability; inputs that never occur are zeroed. The kernel is
+    unchanged: it streams these values as any FP8 weight."""
+    dtype = FORMATS[fmt]
+    fmax = torch.finfo(dtype).max
+    W = w.detach().double().clone()
+    h = hessian.detach().double().clone()
+    dead = torch.diag(h) == 0
+    h[dead, dead] = 1.0
+    W[:, dead] = 0.0
+    h += damp * torch.diag(h).mean() * torch.eye(h.shape[0], dtype=h.dtype)
+    # the upper Cholesky factor of h^-1: row i holds how input i's error spreads to the inputs after it
+    hinv = torch.linalg.cholesky(torch.cholesky_inverse(torch.linalg.cholesky(h)), upper=True)
+    amax = w.detach().double().abs().amax(-1)
+    scale = torch.where(amax > 0, amax / fmax, torch.ones_like(amax))
+    q = torch.zeros(W.shape, dtype=dtype)
+    K = W.shape[1]
+    for i0 in range(0, K, block):
+        i1 = min(K, i0 + block)
+        Wb, err, hb = W[:, i0:i1].clone(), torch.zeros(W.shape[0], i1 - i0, dtype=W.dtype), hinv[i0:i1, i0:i1]
+        for j in range(i1 - i0):
+            qj = (Wb[:, j] / scale).clamp(-fmax, fmax).to(dtype)
+            q[:, i0 + j] = qj
+            e = (Wb[:, j] - qj.double() * scale) / hb[j, j]
+            Wb[:, j:] -= e[:, None] * hb[j, j:][None, :]
+            err[:, j] = e
+        W[:, i1:] -= err @ hinv[i0:i1, i1:]
+    return Fp8Weight(q, scale.float())
+
+
 def quantize_blocks(w: torch.Tensor, block: int = 128, fmt: str = "e4m3fn") -> torch.Tensor:
     """The values `w` takes with one scale per row x `block` inputs (dequantized, fp32): the finer
     alternative the quality measurement compares per-row scales with."""

@@ -1,7 +1,9 @@
 """What FP8 weights cost a trained model: perplexity of a fixed text and greedy answers, the model's own
-weights against the values kogc's FP8 kernel computes with (one scale per row), and against one scale
-per block of rows x 128 inputs (the finer alternative). On the CPU, in torch: the kernel's equality with
-this arithmetic is tested separately (tests/test_fp8.py).
+weights against the values kogc's FP8 kernel computes with (one scale per row), against one scale per
+block of rows x 128 inputs (the finer alternative), and with the LM head's rounding errors compensated
+(kogc.fp8.quantize_compensated) over calibration text the model writes itself: its greedy answers to
+CALIBRATION_PROMPTS, none of the measured text. On the CPU, in torch: the kernel's equality with this
+arithmetic is tested separately (tests/test_fp8.py).
 
     python -m kogc.bench.quality --model-dir DIR --text tests/data/english.txt [--json FILE]
 """
@@ -15,9 +17,13 @@ import time
 
 import torch
 
-from ..fp8 import fake_quantize, quantize_blocks
+from ..fp8 import fake_quantize, quantize_blocks, quantize_compensated
 
 PROMPTS = ("What is the capital of France?", "Write one sentence about the sea.", "How many legs does a spider have?")
+CALIBRATION_PROMPTS = ("Tell me about the history of Rome.", "Explain how a computer works.",
+                       "Write a short story about a dog.", "What are the benefits of exercise?",
+                       "Describe the water cycle.", "How do airplanes fly?", "Give advice to a new student.",
+                       "What is photosynthesis?")
 
 
 def quantized_copy(model, per: str = "row", which: str = "all"):
@@ -34,6 +40,40 @@ def quantized_copy(model, per: str = "row", which: str = "all"):
             if isinstance(mod, torch.nn.Linear) and which in ("all", "head" if mod is head else "body"):
                 w = mod.weight
                 w.copy_(fake_quantize(w) if per == "row" else quantize_blocks(w).to(w.dtype))
+    return m
+
+
+@torch.no_grad()
+def calibration_text(model, tok, new_tokens: int = 160) -> list[torch.Tensor]:
+    """The model's greedy answers to CALIBRATION_PROMPTS (prompt and answer token ids, [1, n] each)."""
+    out = []
+    for p in CALIBRATION_PROMPTS:
+        ids = tok.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True,
+                                      return_tensors="pt", return_dict=True)
+        out.append(model.generate(**ids, max_new_tokens=new_tokens, do_sample=False, pad_token_id=tok.eos_token_id))
+    return out
+
+
+@torch.no_grad()
+def head_compensated_copy(model, calibration: list[torch.Tensor]):
+    """quantized_copy(model) with the LM head from quantize_compensated: its inputs' second moments
+    (sum of x x^T) gathered over the calibration token ids."""
+    head = model.get_output_embeddings()
+    k = head.weight.shape[1]
+    hess = torch.zeros(k, k, dtype=torch.float64)
+
+    def gather(mod, inp, out):
+        x = inp[0].reshape(-1, k).double()
+        hess.add_(x.T @ x)
+    hook = head.register_forward_hook(gather)
+    try:
+        for ids in calibration:
+            model(input_ids=ids)
+    finally:
+        hook.remove()
+    m = quantized_copy(model, "row")
+    w = quantize_compensated(head.weight.detach().float(), hess).dequantize(head.weight.dtype)
+    m.get_output_embeddings().weight.copy_(w)
     return m
 
 
@@ -64,7 +104,8 @@ def measure(model_dir: str, text_path: str, answers: bool = True) -> dict:
             ("model's weights (fp32)", model, True), ("fp8, a scale per row (kogc)", quantized_copy(model, "row"), True),
             ("fp8, a scale per row x 128 inputs", quantized_copy(model, "block"), True),
             ("fp8 per row, the LM head only", quantized_copy(model, "row", "head"), False),
-            ("fp8 per row, all but the LM head", quantized_copy(model, "row", "body"), False)):
+            ("fp8 per row, all but the LM head", quantized_copy(model, "row", "body"), False),
+            ("fp8 per row, the LM head compensated", head_compensated_copy(model, calibration_text(model, tok)), True)):
         row = {"weights": name, "perplexity": perplexity(m, ids)}
         if answers and answer:
             row["answers"] = {p: greedy(m, tok, p) for p in PROMPTS}
@@ -84,7 +125,7 @@ def main(argv=None) -> int:
     res = measure(args.model_dir, args.text)
     print(f"{res['tokens']} tokens of {res['text']}")
     for r in res["rows"]:
-        print(f"{r['weights']:36} perplexity {r['perplexity']:.3f} ({r['vs_model']:+.2%})")
+        print(f"{r['weights']:40} perplexity {r['perplexity']:.3f} ({r['vs_model']:+.2%})")
         for q, a in r.get("answers", {}).items():
             print(f"    {q} -> {a!r}")
     if args.json:
