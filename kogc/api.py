@@ -119,10 +119,12 @@ def compile(module: torch.nn.Module, target: str | None = None, device: str | No
     weights: "model" streams the matvec weights in the model's dtype; "fp8" as FP8 E4M3 with one fp32
     scale per row, quantized when the kernel is packed (kogc.fp8; embedding, norms and KV cache stay in
     the model's dtype); a dict {parameter name: kogc.fp8.Fp8Weight} (kogc.fp8.from_state_dict of a
-    checkpoint) gives weights already in FP8, packed as they are, the others quantized."""
+    checkpoint; kogc.fp8.compensate_head for a transformers model's LM head, its rounding compensated over
+    calibration text) gives weights already in FP8, packed as they are, the others quantized."""
     target = target or default_target()
+    given = module
     module = decode_step(module, max_len)
-    weights, prequantized = weight_format(weights, module)
+    weights, prequantized = weight_format(_step_names(weights, given, module), module)
     if gpus != 1:
         return _compile_ranked(module, target, device, interpret, tile_config, num_programs, profile, num_warps,
                                max_registers, gpus, one_gpu, weights, prequantized)
@@ -142,6 +144,18 @@ def compile(module: torch.nn.Module, target: str | None = None, device: str | No
     return CompiledKernel(graph, schedule, weights_of(module, graph, prequantized), device, interpret, profile=profile,
                           num_warps=num_warps or tgt.num_warps,
                           max_registers=max_registers or tgt.max_registers)
+
+
+def _step_names(weights, given: torch.nn.Module, step: torch.nn.Module):
+    """A dict of pre-quantized weights named as in the module the caller gave (a transformers model),
+    renamed as in its decode step (the same tensors); names the step already has are kept."""
+    if not isinstance(weights, dict) or step is given:
+        return weights
+    mine = dict(step.named_parameters(remove_duplicate=False))
+    theirs = dict(given.named_parameters(remove_duplicate=False))
+    rename = {k: next((n for n, p in mine.items() if p is theirs[k]), k) for k in weights
+              if k not in mine and k in theirs}
+    return {rename.get(k, k): v for k, v in weights.items()}
 
 
 def weight_format(weights, module: torch.nn.Module) -> tuple[str, dict]:

@@ -27,9 +27,12 @@ SCALE_SUFFIXES = ("_scale", ".scale", "_scale_inv")   # a pre-quantized weight's
 @dataclass(frozen=True)
 class Fp8Weight:
     """A weight already in FP8: `q` [..., rows, K] (float8_e4m3fn or _e4m3fnuz) and `scale` [..., rows]
-    fp32, the weight being q * scale[..., None]."""
+    fp32, the weight being q * scale[..., None]. `keep`: where the model reads the same tensor in its own
+    dtype (a tied embedding), these values instead of the dequantized ones (compensated rounding fits the
+    FP8 values to the matvec's inputs alone); None: the dequantized ones."""
     q: torch.Tensor
     scale: torch.Tensor
+    keep: torch.Tensor | None = None
 
     def __post_init__(self):
         if self.q.dtype not in FORMATS.values():
@@ -45,14 +48,18 @@ class Fp8Weight:
     def dequantize(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         return (self.q.float() * self.scale.float()[..., None]).to(dtype)
 
+    def read_as(self, dtype: torch.dtype) -> torch.Tensor:
+        """The tensor where the model reads it in its own dtype: `keep`, else the dequantized values."""
+        return (self.keep if self.keep is not None else self.dequantize()).to(dtype)
+
     def to_format(self, fmt: str) -> "Fp8Weight":
         """The same values in `fmt`: FN -> FNUZ halves q and doubles the scale (exact)."""
         want = FORMATS[fmt]
         if self.q.dtype == want:
             return self
         if want == torch.float8_e4m3fnuz:
-            return Fp8Weight((self.q.float() / 2).to(want), self.scale.float() * 2)
-        return Fp8Weight((self.q.float() * 2).to(want), self.scale.float() / 2)   # FNUZ -> FN: exact too
+            return Fp8Weight((self.q.float() / 2).to(want), self.scale.float() * 2, self.keep)
+        return Fp8Weight((self.q.float() * 2).to(want), self.scale.float() / 2, self.keep)   # FNUZ -> FN: exact too
 
 
 def quantize(w: torch.Tensor, fmt: str = "e4m3fn") -> Fp8Weight:
@@ -98,6 +105,33 @@ def quantize_compensated(w: torch.Tensor, hessian: torch.Tensor, fmt: str = "e4m
             err[:, j] = e
         W[:, i1:] -= err @ hinv[i0:i1, i1:]
     return Fp8Weight(q, scale.float())
+
+
+@torch.no_grad()
+def compensate_head(model, calibration: list[torch.Tensor]) -> dict[str, Fp8Weight]:
+    """The LM head of a transformers causal LM in FP8 by quantize_compensated, its inputs' second moments
+    gathered over `calibration` (token id tensors [1, n]: text like the model's use, e.g. its own answers
+    to a few prompts; kogc.bench.quality.calibration_text), by the head's parameter name in `model`: give it
+    to kogc.compile(model, weights=...). The other matvec weights are rounded when packed, as with
+    weights="fp8"; a tied embedding keeps its values (`keep`). SmolLM2-135M-Instruct: perplexity
+    +1.62% against +2.40% for plain rounding (docs/fp8.md)."""
+    head = model.get_output_embeddings()
+    name = next(n for n, p in model.named_parameters(remove_duplicate=False) if p is head.weight and
+                n.endswith(next(m for m, mod in model.named_modules() if mod is head) + ".weight"))
+    k = head.weight.shape[1]
+    hess = torch.zeros(k, k, dtype=torch.float64)
+
+    def gather(mod, inp, out):
+        x = inp[0].reshape(-1, k).double()
+        hess.add_(x.T @ x)
+    hook = head.register_forward_hook(gather)
+    try:
+        for ids in calibration:
+            model(input_ids=ids)
+    finally:
+        hook.remove()
+    w = quantize_compensated(head.weight.detach().float(), hess)
+    return {name: Fp8Weight(w.q, w.scale, keep=head.weight.detach().clone())}
 
 
 def quantize_blocks(w: torch.Tensor, block: int = 128, fmt: str = "e4m3fn") -> torch.Tensor:

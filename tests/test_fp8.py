@@ -225,3 +225,32 @@ def test_compensated_rounding_lowers_the_output_error():
     for x in (cal, new):
         err = [float((x @ (q.dequantize() - w).T).norm()) for q in (c, r)]
         assert err[0] < 0.9 * err[1]
+
+
+def test_compensated_head_is_streamed_alone():
+    # kogc.fp8.compensate_head: a transformers model's LM head (tied here) in FP8 with compensated
+    # rounding, given to compile by its name in the model: the kernel streams it, the embedding keeps
+    # its own values, the other matvecs are rounded as with weights="fp8"; the same logits in torch
+    transformers = pytest.importorskip("transformers")
+    from kogc.bench.quality import quantized_copy
+    from kogc.fp8 import compensate_head
+    from kogc.frontend import decode_step
+    torch.manual_seed(5)
+    cfg = transformers.LlamaConfig(vocab_size=300, hidden_size=96, intermediate_size=160, num_hidden_layers=1,
+                                   num_attention_heads=6, num_key_value_heads=2, max_position_embeddings=64,
+                                   tie_word_embeddings=True)
+    model = transformers.LlamaForCausalLM(cfg).eval()
+    head = compensate_head(model, [torch.randint(0, 300, (1, 48))])
+    (name, w), = head.items()
+    assert name == "lm_head.weight" and torch.equal(w.keep, model.lm_head.weight)
+    assert not torch.equal(w.q.view(torch.uint8), quantize(model.lm_head.weight).q.view(torch.uint8))
+    ck = kogc.compile(model, target="h200", weights=head, max_len=16)
+    ref = quantized_copy(model)
+    with torch.no_grad():
+        ref.lm_head.weight.copy_(w.dequantize())
+    assert torch.equal(ref.model.embed_tokens.weight, model.model.embed_tokens.weight)
+    step = decode_step(ref, max_len=16)
+    logits, nxt = ck.step(7, 0)
+    with torch.no_grad():
+        want, want_next = step(torch.tensor(7), torch.tensor(0))
+    assert rel_err(logits, want) < 1e-5 and nxt == int(want_next)

@@ -1,7 +1,7 @@
 """What FP8 weights cost a trained model: perplexity of a fixed text and greedy answers, the model's own
 weights against the values kogc's FP8 kernel computes with (one scale per row), against one scale per
 block of rows x 128 inputs (the finer alternative), and with the LM head's rounding errors compensated
-(kogc.fp8.quantize_compensated) over calibration text the model writes itself: its greedy answers to
+(kogc.fp8.compensate_head) over calibration text the model writes itself: its greedy answers to
 CALIBRATION_PROMPTS, none of the measured text. On the CPU, in torch: the kernel's equality with this
 arithmetic is tested separately (tests/test_fp8.py).
 
@@ -17,7 +17,7 @@ import time
 
 import torch
 
-from ..fp8 import fake_quantize, quantize_blocks, quantize_compensated
+from ..fp8 import compensate_head, fake_quantize, quantize_blocks
 
 PROMPTS = ("What is the capital of France?", "Write one sentence about the sea.", "How many legs does a spider have?")
 CALIBRATION_PROMPTS = ("Tell me about the history of Rome.", "Explain how a computer works.",
@@ -56,24 +56,11 @@ def calibration_text(model, tok, new_tokens: int = 160) -> list[torch.Tensor]:
 
 @torch.no_grad()
 def head_compensated_copy(model, calibration: list[torch.Tensor]):
-    """quantized_copy(model) with the LM head from quantize_compensated: its inputs' second moments
-    (sum of x x^T) gathered over the calibration token ids."""
-    head = model.get_output_embeddings()
-    k = head.weight.shape[1]
-    hess = torch.zeros(k, k, dtype=torch.float64)
-
-    def gather(mod, inp, out):
-        x = inp[0].reshape(-1, k).double()
-        hess.add_(x.T @ x)
-    hook = head.register_forward_hook(gather)
-    try:
-        for ids in calibration:
-            model(input_ids=ids)
-    finally:
-        hook.remove()
+    """quantized_copy(model) with the LM head as kogc.fp8.compensate_head gives it over the calibration
+    token ids (the embedding keeps the model's values)."""
+    (_, w), = compensate_head(model, calibration).items()
     m = quantized_copy(model, "row")
-    w = quantize_compensated(head.weight.detach().float(), hess).dequantize(head.weight.dtype)
-    m.get_output_embeddings().weight.copy_(w)
+    m.get_output_embeddings().weight.copy_(w.dequantize(model.get_output_embeddings().weight.dtype))
     return m
 
 

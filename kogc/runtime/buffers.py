@@ -111,7 +111,7 @@ def allocate(schedule: Schedule, weights: dict[str, torch.Tensor], device, profi
         if op.kind == "embed":
             emb = weights[graph.by_name()[op.p["table"]].attrs["name"]]
             # a tied embedding given in FP8 (its head streams the FP8 bytes): read in the model's dtype
-            emb = emb.dequantize(dtype) if isinstance(emb, Fp8Weight) else emb.detach()
+            emb = emb.read_as(dtype) if isinstance(emb, Fp8Weight) else emb.detach()
     max_pos = schedule.max_pos or 1
     if schedule.max_pos:
         rope = next(n.attrs for n in graph.nodes if n.op is Op.ROPE)

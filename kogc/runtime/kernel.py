@@ -231,7 +231,7 @@ def weights_of(module: torch.nn.Module, graph: Graph, prequantized: dict | None 
     a transposed, row-sliced or reordered weight from kogc.frontend.aten) derived from it. A parameter
     in `prequantized` (kogc.fp8.Fp8Weight by the module's parameter name) is taken from there: as it is
     where the kernel streams it as a matvec weight, dequantized where it is read in the model's dtype
-    (a tied embedding)."""
+    (a tied embedding; or as its `keep` values say)."""
     from ..fp8 import matvec_params, named_tensors, same_tensor
     from ..frontend.views import derive_step
     params = named_tensors(module)
@@ -249,7 +249,7 @@ def weights_of(module: torch.nn.Module, graph: Graph, prequantized: dict | None 
             if source in prequantized and n.attrs["name"] in streamed:
                 out[n.attrs["name"]] = _fp8_view(prequantized[source], n.attrs.get("view", ()), source)
                 continue
-            t = prequantized[source].dequantize(params[source].dtype) if source in prequantized else params[source]
+            t = prequantized[source].read_as(params[source].dtype) if source in prequantized else params[source]
             for step in n.attrs.get("view", ()):
                 t = derive_step(t, step)
             out[n.attrs["name"]] = t
@@ -263,12 +263,14 @@ def _fp8_view(w, steps, name: str):
     from ..frontend.views import derive_step
     q = w.q.view(torch.uint8)
     s = w.scale.float()[..., None].expand(w.q.shape)
+    keep = w.keep
     for step in steps:
         q, s = derive_step(q, step), derive_step(s, step)
+        keep = None if keep is None else derive_step(keep, step)
     if q.dim() < 2 or not torch.equal(s.amax(-1), s.amin(-1)):
         raise KogcError(f"pre-quantized weight {name}: the model uses it with its rows' scales across its "
                         f"inputs (view {list(steps)}); kogc needs one scale per output row")
-    return Fp8Weight(q.contiguous().view(w.q.dtype), s[..., 0].contiguous())
+    return Fp8Weight(q.contiguous().view(w.q.dtype), s[..., 0].contiguous(), keep)
 
 
 def fill_kv_from(ck: CompiledKernel, module: torch.nn.Module) -> None:
