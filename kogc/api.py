@@ -124,7 +124,7 @@ def compile(module: torch.nn.Module, target: str | None = None, device: str | No
     target = target or default_target()
     given = module
     module = decode_step(module, max_len)
-    weights, prequantized = weight_format(_step_names(weights, given, module), module)
+    weights, prequantized = weight_format(step_names(weights, given, module), module)
     if gpus != 1:
         return _compile_ranked(module, target, device, interpret, tile_config, num_programs, profile, num_warps,
                                max_registers, gpus, one_gpu, weights, prequantized)
@@ -146,7 +146,7 @@ def compile(module: torch.nn.Module, target: str | None = None, device: str | No
                           max_registers=max_registers or tgt.max_registers)
 
 
-def _step_names(weights, given: torch.nn.Module, step: torch.nn.Module):
+def step_names(weights, given: torch.nn.Module, step: torch.nn.Module):
     """A dict of pre-quantized weights named as in the module the caller gave (a transformers model),
     renamed as in its decode step (the same tensors); names the step already has are kept."""
     if not isinstance(weights, dict) or step is given:

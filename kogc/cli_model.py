@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 
 from .errors import KogcError, ModelFileError
 
@@ -97,3 +98,20 @@ class TextStream:
         if text.startswith(self.shown):
             print(text[len(self.shown):], end="", flush=True)
             self.shown = text
+
+
+def compensated_head(args, step) -> dict:
+    """`kogc run --compensate-head`: the LM head of the transformers model in `step` (its decode step)
+    in FP8 with compensated rounding over the model's own greedy answers to eight prompts, named as
+    kogc.compile(step, weights=...) takes it."""
+    from .api import step_names
+    from .bench.quality import calibration_text
+    from .fp8 import compensate_head
+    from .frontend.model_file import is_transformers_dir
+    from .frontend.transformers_dir import load_tokenizer
+    if not is_transformers_dir(args.model_file) or not hasattr(step, "model"):
+        raise KogcError("--compensate-head takes a transformers model (--model-dir DIR, with its tokenizer): its "
+                        "calibration text is the model's answers to a few prompts")
+    model = step.model
+    print("[run] calibrating the LM head's FP8 rounding: the model's greedy answers to 8 prompts", file=sys.stderr)
+    return step_names(compensate_head(model, calibration_text(model, load_tokenizer(args.model_file))), model, step)

@@ -184,6 +184,40 @@ def test_transformers_checkpoint_directory(tmp_path, capsys):
     assert code == 0 and out.split()[:2] == [str(t) for t in want]
 
 
+
+def test_run_with_a_compensated_fp8_head(tmp_path, capsys, monkeypatch):
+    # kogc run --weights fp8 --compensate-head: a tied model with a (word-level) tokenizer in its directory;
+    # the LM head calibrated on the model's answers to the prompts, then generation: the tokens of that
+    # model in torch with the same compensated head, the other matvecs rounded, the embedding as it is
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    from kogc.bench import quality
+    from kogc.cli import main
+    from kogc.fp8 import compensate_head
+    monkeypatch.setattr(quality, "CALIBRATION_PROMPTS", quality.CALIBRATION_PROMPTS[:2])   # (time)
+    model = hf_model("LlamaForCausalLM", seed=6, tie_word_embeddings=True, num_hidden_layers=1)
+    words = Tokenizer(models.WordLevel({f"w{i}": i for i in range(300)}, unk_token="w0"))
+    words.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok = transformers.PreTrainedTokenizerFast(tokenizer_object=words, unk_token="w0", eos_token="w1")
+    tok.chat_template = "{% for m in messages %}{{ m['content'] }} {% endfor %}"
+    model.save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    run = ["run", "--model-dir", str(tmp_path), "--max-len", "16", "--prompt-ids", "5", "--max-new-tokens", "2",
+           "--interpret", "--weights", "fp8"]
+    assert main(run + ["--compensate-head"]) == 0
+    out, err = capsys.readouterr()
+    assert "LM head compensated" in err
+    (_, head), = compensate_head(model, quality.calibration_text(model, tok)).items()
+    ref = quality.quantized_copy(model)          # what the FP8 kernel computes (tests/test_fp8.py)
+    with torch.no_grad():
+        ref.lm_head.weight.copy_(head.dequantize())
+    prompt = torch.tensor([[5]])
+    want = ref.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=2, do_sample=False)[0, 1:]
+    assert out.split()[:2] == [str(t) for t in want.tolist()]
+    assert main(run[:-2] + ["--compensate-head"]) == 2          # not without --weights fp8
+    assert "--weights fp8" in capsys.readouterr().err
+
+
 # ---------------------------------------------------------------- what is refused, and how
 
 class OneLayer(torch.nn.Module):
