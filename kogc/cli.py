@@ -427,7 +427,7 @@ def cmd_run(args) -> int:
           file=sys.stderr)
     weights = args.weights
     if args.compensate_head:
-        weights = compensated_head(args, model)
+        weights = compensated_head(args, model, text.tok if text is not None else None)
         print(f"[run] LM head compensated over calibration text ({time.perf_counter() - t0:.1f}s)", file=sys.stderr)
     ck = kogc_compile(model, interpret=args.interpret, tile_config=_tile_config(args.tile_config), gpus=args.gpus,
                       one_gpu=args.one_gpu, profile=bool(args.profile), weights=weights)

@@ -100,13 +100,12 @@ class TextStream:
             self.shown = text
 
 
-def compensated_head(args, step) -> dict:
+def compensated_head(args, step, tok=None) -> dict:
     """`kogc run --compensate-head`: the LM head of the transformers model in `step` (its decode step)
     in FP8 with compensated rounding over the model's own greedy answers to eight prompts, named as
-    kogc.compile(step, weights=...) takes it."""
+    kogc.compile(step, weights=...) takes it. `tok`: the model's tokenizer if already loaded."""
     from .api import step_names
-    from .bench.quality import calibration_text
-    from .fp8 import compensate_head
+    from .fp8 import calibration_text, compensate_head
     from .frontend.model_file import is_transformers_dir
     from .frontend.transformers_dir import load_tokenizer
     if not is_transformers_dir(args.model_file) or not hasattr(step, "model"):
@@ -114,4 +113,5 @@ def compensated_head(args, step) -> dict:
                         "calibration text is the model's answers to a few prompts")
     model = step.model
     print("[run] calibrating the LM head's FP8 rounding: the model's greedy answers to 8 prompts", file=sys.stderr)
-    return step_names(compensate_head(model, calibration_text(model, load_tokenizer(args.model_file))), model, step)
+    cal = calibration_text(model, tok or load_tokenizer(args.model_file))
+    return step_names(compensate_head(model, cal), model, step)

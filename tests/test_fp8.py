@@ -154,18 +154,23 @@ def test_fp8_tiles_hold_twice_the_rows():
     assert rows["fp8"] == 2 * rows["model"]
 
 
+def _tied_llama(seed: int):
+    """A one-layer transformers Llama with its LM head tied to the embedding (random weights)."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(seed)
+    cfg = transformers.LlamaConfig(vocab_size=300, hidden_size=96, intermediate_size=160, num_hidden_layers=1,
+                                   num_attention_heads=6, num_key_value_heads=2, max_position_embeddings=64,
+                                   tie_word_embeddings=True)
+    return transformers.LlamaForCausalLM(cfg).eval()
+
+
 def test_quality_harness_computes_what_the_kernel_does():
     # kogc.bench.quality measures FP8 on a transformers model through quantized_copy: every Linear per
     # row, the tied head untied from the unquantized embedding. The FP8 kernel of the same model (its
     # rotate-half q/k rows reordered, its tied head) computes exactly that model's logits
-    transformers = pytest.importorskip("transformers")
     from kogc.bench.quality import quantized_copy
     from kogc.frontend import decode_step
-    torch.manual_seed(4)
-    cfg = transformers.LlamaConfig(vocab_size=300, hidden_size=96, intermediate_size=160, num_hidden_layers=1,
-                                   num_attention_heads=6, num_key_value_heads=2, max_position_embeddings=64,
-                                   tie_word_embeddings=True)
-    model = transformers.LlamaForCausalLM(cfg).eval()
+    model = _tied_llama(seed=4)
     q = quantized_copy(model)
     assert torch.equal(q.model.embed_tokens.weight, model.model.embed_tokens.weight)
     assert torch.equal(q.lm_head.weight, fake_quantize(model.model.embed_tokens.weight))
@@ -231,15 +236,10 @@ def test_compensated_head_is_streamed_alone():
     # kogc.fp8.compensate_head: a transformers model's LM head (tied here) in FP8 with compensated
     # rounding, given to compile by its name in the model: the kernel streams it, the embedding keeps
     # its own values, the other matvecs are rounded as with weights="fp8"; the same logits in torch
-    transformers = pytest.importorskip("transformers")
     from kogc.bench.quality import quantized_copy
     from kogc.fp8 import compensate_head
     from kogc.frontend import decode_step
-    torch.manual_seed(5)
-    cfg = transformers.LlamaConfig(vocab_size=300, hidden_size=96, intermediate_size=160, num_hidden_layers=1,
-                                   num_attention_heads=6, num_key_value_heads=2, max_position_embeddings=64,
-                                   tie_word_embeddings=True)
-    model = transformers.LlamaForCausalLM(cfg).eval()
+    model = _tied_llama(seed=5)
     head = compensate_head(model, [torch.randint(0, 300, (1, 48))])
     (name, w), = head.items()
     assert name == "lm_head.weight" and torch.equal(w.keep, model.lm_head.weight)

@@ -191,10 +191,10 @@ def test_run_with_a_compensated_fp8_head(tmp_path, capsys, monkeypatch):
     # model in torch with the same compensated head, the other matvecs rounded, the embedding as it is
     from tokenizers import Tokenizer, models, pre_tokenizers
 
+    from kogc import fp8
     from kogc.bench import quality
     from kogc.cli import main
-    from kogc.fp8 import compensate_head
-    monkeypatch.setattr(quality, "CALIBRATION_PROMPTS", quality.CALIBRATION_PROMPTS[:2])   # (time)
+    monkeypatch.setattr(fp8, "CALIBRATION_PROMPTS", fp8.CALIBRATION_PROMPTS[:2])   # (time)
     model = hf_model("LlamaForCausalLM", seed=6, tie_word_embeddings=True, num_hidden_layers=1)
     words = Tokenizer(models.WordLevel({f"w{i}": i for i in range(300)}, unk_token="w0"))
     words.pre_tokenizer = pre_tokenizers.Whitespace()
@@ -207,7 +207,7 @@ def test_run_with_a_compensated_fp8_head(tmp_path, capsys, monkeypatch):
     assert main(run + ["--compensate-head"]) == 0
     out, err = capsys.readouterr()
     assert "LM head compensated" in err
-    (_, head), = compensate_head(model, quality.calibration_text(model, tok)).items()
+    (_, head), = fp8.compensate_head(model, fp8.calibration_text(model, tok)).items()
     ref = quality.quantized_copy(model)          # what the FP8 kernel computes (tests/test_fp8.py)
     with torch.no_grad():
         ref.lm_head.weight.copy_(head.dequantize())

@@ -2,7 +2,7 @@
 weights against the values kogc's FP8 kernel computes with (one scale per row), against one scale per
 block of rows x 128 inputs (the finer alternative), and with the LM head's rounding errors compensated
 (kogc.fp8.compensate_head) over calibration text the model writes itself: its greedy answers to
-CALIBRATION_PROMPTS, none of the measured text. On the CPU, in torch: the kernel's equality with this
+kogc.fp8.CALIBRATION_PROMPTS, none of the measured text. On the CPU, in torch: the kernel's equality with this
 arithmetic is tested separately (tests/test_fp8.py).
 
     python -m kogc.bench.quality --model-dir DIR --text tests/data/english.txt [--json FILE]
@@ -17,13 +17,10 @@ import time
 
 import torch
 
-from ..fp8 import compensate_head, fake_quantize, quantize_blocks
+from ..fp8 import calibration_text, compensate_head, fake_quantize, quantize_blocks
 
 PROMPTS = ("What is the capital of France?", "Write one sentence about the sea.", "How many legs does a spider have?")
-CALIBRATION_PROMPTS = ("Tell me about the history of Rome.", "Explain how a computer works.",
-                       "Write a short story about a dog.", "What are the benefits of exercise?",
-                       "Describe the water cycle.", "How do airplanes fly?", "Give advice to a new student.",
-                       "What is photosynthesis?")
+
 
 
 def quantized_copy(model, per: str = "row", which: str = "all"):
@@ -41,17 +38,6 @@ def quantized_copy(model, per: str = "row", which: str = "all"):
                 w = mod.weight
                 w.copy_(fake_quantize(w) if per == "row" else quantize_blocks(w).to(w.dtype))
     return m
-
-
-@torch.no_grad()
-def calibration_text(model, tok, new_tokens: int = 160) -> list[torch.Tensor]:
-    """The model's greedy answers to CALIBRATION_PROMPTS (prompt and answer token ids, [1, n] each)."""
-    out = []
-    for p in CALIBRATION_PROMPTS:
-        ids = tok.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True,
-                                      return_tensors="pt", return_dict=True)
-        out.append(model.generate(**ids, max_new_tokens=new_tokens, do_sample=False, pad_token_id=tok.eos_token_id))
-    return out
 
 
 @torch.no_grad()

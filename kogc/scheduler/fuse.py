@@ -78,7 +78,7 @@ def fuse(graph: Graph, cfg=None) -> list[FusedOp]:
     cfg = cfg or TileConfig()
     by = graph.by_name()
     users = graph.users()
-    pairs_pay = lambda mul: _pair_pays(mul, by, users, graph, cfg)      # noqa: E731
+    paired = lambda mul: _paired(mul, by, users, graph, cfg)      # noqa: E731
     order = {n.name: i for i, n in enumerate(graph.nodes)}
     covered: set[str] = set()
     ops: list[FusedOp] = []
@@ -98,7 +98,7 @@ def fuse(graph: Graph, cfg=None) -> list[FusedOp]:
             take(n.name, emb.name)
             add("embed", n, n.type.lanes, table=emb.inputs[0], out=n.name)
         elif n.op is Op.MATVEC and n.name not in covered:      # (covered: the up half of a gated pair)
-            ops.append(_matvec(n, by, users, order, take, residual_done, pairs_pay))
+            ops.append(_matvec(n, by, users, order, take, residual_done, paired))
         elif n.op is Op.ATTENTION:
             q, kw, vw = (by[i] for i in n.inputs[:3])
             kv, _, hd = kw.type.shape
@@ -148,7 +148,7 @@ def _residual_terms(n: Node, by) -> tuple[str, list[Term]] | None:
     return None
 
 
-def _matvec(n: Node, by, users, order, take, residual_done, pairs_pay) -> FusedOp:
+def _matvec(n: Node, by, users, order, take, residual_done, paired) -> FusedOp:
     w, x = by[n.inputs[0]], by[n.inputs[1]]
     p = {"w": w.name, "n": w.type.shape[0], "k": w.type.shape[1], "out": None}
     take(n.name)
@@ -157,7 +157,7 @@ def _matvec(n: Node, by, users, order, take, residual_done, pairs_pay) -> FusedO
     if norm is not None and x.type.lanes == n.type.lanes:
         p.update(prologue=RMSNORM, x=norm[0], g=norm[1], eps=norm[2])
         take(x.name, *x.inputs)
-    elif x.op is Op.MUL and gated_pair(x, by, users) is not None and pairs_pay(x):
+    elif paired(x) is not None:
         p.update(prologue=PLAIN, x=x.name)      # silu(gate) * up, stored by the gated pair's tasks
     elif x.op is Op.MUL and {by[i].op for i in x.inputs} >= {Op.SILU}:
         silu = next(by[i] for i in x.inputs if by[i].op is Op.SILU)
@@ -170,8 +170,8 @@ def _matvec(n: Node, by, users, order, take, residual_done, pairs_pay) -> FusedO
         p.update(prologue=PLAIN, x=x.name)
     # epilogue
     us = users[n.name]
-    pair = _pair_of(n, by, users)
-    if pair is not None and pairs_pay(pair[3]):
+    pair = _pair_of(n, users, paired)
+    if pair is not None:
         gate, up, silu, mul = pair
         take(gate.name, up.name, silu.name, mul.name)
         p.update(w=gate.inputs[0], w2=up.inputs[0], epilogue=SILU_MUL, out=mul.name)
@@ -222,27 +222,29 @@ def gated_pair(mul: Node, by, users) -> tuple[Node, Node, Node] | None:
     return (gate, up, a) if same and only else None
 
 
-def _pair_pays(mul: Node, by, users, graph: Graph, cfg) -> bool:
-    """Whether the matvec reading mul (W2) would take at least cfg.mlp_pair_inputs inputs per row of its
-    tile (tiles of whole rows, as kogc.scheduler.tile cuts them): where its tasks would repeat
-    silu(gate) * up over many inputs for few rows. Measured on the H200 at context 1024: Llama-3.2-1B's
-    shapes (8192 inputs / 2 rows) 1.187 -> 1.057 ms per token with pairs; SmolLM2's (1536 / 8) 0.679 ->
-    0.669; laneformer-2b's (1024 / 16, 8 lanes) 1.444 ms with pairs against 1.390 (docs/design.md)."""
+def _paired(mul: Node, by, users, graph: Graph, cfg) -> tuple[Node, Node, Node] | None:
+    """gated_pair(mul) where it pays: where the matvec reading mul (W2) would take at least
+    cfg.mlp_pair_inputs inputs per row of its tile (tiles of whole rows, as kogc.scheduler.tile cuts
+    them), i.e. where its tasks would repeat silu(gate) * up over many inputs for few rows. Measured on
+    the H200 at context 1024: Llama-3.2-1B's shapes (8192 inputs / 2 rows) 1.187 -> 1.057 ms per token
+    with pairs; SmolLM2's (1536 / 8) 0.679 -> 0.669; laneformer-2b's (1024 / 16, 8 lanes) 1.444 ms with
+    pairs against 1.390 (docs/design.md)."""
     from .tile import ESIZE, tile_rows
+    pair = gated_pair(mul, by, users)
     w2 = [u for u in users.get(mul.name, []) if u.op is Op.MATVEC]
-    if len(w2) != 1:
-        return False
+    if pair is None or len(w2) != 1:
+        return None
     n, k = by[w2[0].inputs[0]].type.shape
     es = 1 if cfg.weights == "fp8" else ESIZE[graph.weight_dtype]
-    return k // tile_rows(n, k, es, cfg.tile_bytes) >= cfg.mlp_pair_inputs
+    return pair if k // tile_rows(n, k, es, cfg.tile_bytes) >= cfg.mlp_pair_inputs else None
 
 
-def _pair_of(n: Node, by, users):
-    """(gate, up, silu, mul) when matvec n is either half of a gated pair."""
+def _pair_of(n: Node, users, paired):
+    """(gate, up, silu, mul) when matvec n is either half of a gated pair that pays."""
     for u in users.get(n.name, []):
         after = users.get(u.name, [])
         mul = after[0] if u.op is Op.SILU and len(after) == 1 else u
-        pair = gated_pair(mul, by, users)
+        pair = paired(mul)
         if pair is not None and n.name in (pair[0].name, pair[1].name):
             return pair + (mul,)
     return None

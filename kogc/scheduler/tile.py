@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from ..ir.graph import Graph, Op
 from .config import TileConfig, attention_splits, tile_config_from_json  # noqa: F401 (re-exported)
 from .errors import SchedulerError
-from .fuse import (ALL, ATTN_COMBINE, OTHERS, OWN, PLAIN, RESIDUAL, ROPE_CACHE, ROPE_STORE, SILU_MUL, STORE_ARGMAX,
+from .fuse import (ALL, ATTN_COMBINE, OTHERS, OWN, RESIDUAL, ROPE_CACHE, ROPE_STORE, SILU_MUL, STORE_ARGMAX,
                    FusedOp, is_pow2)
 from .tasks import (A_CACHE, A_EPS, A_H, A_KEYS, A_OUT, A_OWN_COEF, A_RECV, A_RECV_STRIDE, A_RES_OUT, A_ROW0,
                     A_SLOT, A_TERM, A_TERM_COEF, A_TERM_SEL, A_TERM_STRIDE, A_X, A_X2, NARGS, SELECT_CODES,
@@ -216,10 +216,8 @@ def _tile_matvec(op, by, lay, val, new, cfg, es, lanes_of, sent=(), recv_slot=No
     epi, pro = p["epilogue"], p["prologue"]
     fp8 = cfg.weights == "fp8"
     wes = 1 if fp8 else es      # bytes per stored weight: an FP8 tile holds twice the rows of an fp16 one
-    rows = _rows(N, K, wes, cfg.tile_bytes, p)
-    pairs = epi == SILU_MUL         # a tile holds `rows` (gate, up) row pairs: 2 x rows rows
-    if pairs:
-        rows = _rows(N, K, wes, cfg.tile_bytes // 2, p)
+    stacked = 2 if epi == SILU_MUL else 1   # weight rows per output row (a gated pair: `rows` (gate, up) pairs)
+    rows = _rows(N, K, wes, cfg.tile_bytes // stacked, p)
     if p["out"]:
         val(p["out"])
     if epi == RESIDUAL:
@@ -239,12 +237,12 @@ def _tile_matvec(op, by, lay, val, new, cfg, es, lanes_of, sent=(), recv_slot=No
     if len(terms) > 1:
         _too_many(op)
     term = terms[0] if terms else None
-    variant = ("matvec", rows * (2 if pairs else 1), K, pro, epi, hd) + variant_extra + (op.lanes,)
+    variant = ("matvec", rows * stacked, K, pro, epi, hd) + variant_extra + (op.lanes,)
     if not is_pow2(K):      # Triton's ranges are powers of two: K is held in KP lanes, the rest masked
         variant += (next_pow2(K),)
     wnode = by[p["w"]]
     wname = wnode.attrs["name"]
-    up = by[p["w2"]].attrs["name"] if pairs else ""
+    up = by[p["w2"]].attrs["name"] if stacked == 2 else ""
     lane0, shard_row0 = wnode.attrs.get("lane0", 0), wnode.attrs.get("row0", 0)   # one rank's lanes or rows
     for l in lanes_of(op):
         x_reads, x_args = _prologue(op, by, lay, l, K)
@@ -275,8 +273,8 @@ def _tile_matvec(op, by, lay, val, new, cfg, es, lanes_of, sent=(), recv_slot=No
                 a[A_SLOT] = r0 // rows          # which of the TOKEN_KEYS keys it folds into: slot % TOKEN_KEYS
                 a[A_KEYS] = lay.at(f"{op.node}.keys", -1)
                 a[A_ROW0] = shard_row0 + r0     # token ids are the whole vocabulary's
-            w = WeightTile(wname, l + lane0 if wnode.type.lanes else -1, shard_row0 + r0, rows * (2 if pairs else 1),
-                           K, wes, fp8, up)
+            w = WeightTile(wname, l + lane0 if wnode.type.lanes else -1, shard_row0 + r0, rows * stacked, K, wes, fp8,
+                           up)
             new(variant, op, l, a, reads, writes, w, cost=w.nbytes + K * es)
 
 
