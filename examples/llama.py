@@ -28,6 +28,7 @@ class LlamaConfig:
     rope_theta: float = 10000.0
     max_seq_len: int = 64
     tie_embeddings: bool = False
+    qkv_bias: bool = False          # Q, K and V projections with a bias (Qwen2)
     dtype: str = "float32"
 
 
@@ -40,6 +41,10 @@ PRESETS = {
     # Llama-3.2-1B's shapes (its RoPE without the long-context frequency scaling)
     "llama-3.2-1b": LlamaConfig(vocab_size=128256, dim=2048, n_layers=16, n_heads=32, n_kv_heads=8, ffn_dim=8192,
                                 rope_theta=500000.0, max_seq_len=8192, tie_embeddings=True, dtype="float16"),
+    # Qwen2.5-0.5B's shapes: width 896, 14 query / 2 KV heads of 64, MLP 4864, vocabulary 151936, biased Q/K/V, tied
+    "qwen2.5-0.5b": LlamaConfig(vocab_size=151936, dim=896, n_layers=24, n_heads=14, n_kv_heads=2, ffn_dim=4864,
+                                norm_eps=1e-6, rope_theta=1000000.0, max_seq_len=8192, tie_embeddings=True,
+                                qkv_bias=True, dtype="float16"),
 }
 
 
@@ -85,9 +90,9 @@ class Attention(nn.Module):
     def __init__(self, c: LlamaConfig):
         super().__init__()
         self.n_heads, self.n_kv_heads, self.head_dim = c.n_heads, c.n_kv_heads, c.dim // c.n_heads
-        self.wq = nn.Linear(c.dim, c.n_heads * self.head_dim, bias=False)
-        self.wk = nn.Linear(c.dim, c.n_kv_heads * self.head_dim, bias=False)
-        self.wv = nn.Linear(c.dim, c.n_kv_heads * self.head_dim, bias=False)
+        self.wq = nn.Linear(c.dim, c.n_heads * self.head_dim, bias=c.qkv_bias)
+        self.wk = nn.Linear(c.dim, c.n_kv_heads * self.head_dim, bias=c.qkv_bias)
+        self.wv = nn.Linear(c.dim, c.n_kv_heads * self.head_dim, bias=c.qkv_bias)
         self.wo = nn.Linear(c.n_heads * self.head_dim, c.dim, bias=False)
         self.cache = KVCache(c.n_kv_heads, c.max_seq_len, self.head_dim, getattr(torch, c.dtype))
 

@@ -169,6 +169,19 @@ def test_transformers_models_equal_eager(cls_name, cfg):
         assert rel_err(got, want) < 1e-5 and model.config.sliding_window == 4096
 
 
+def test_qwen2_biases_equal_eager():
+    # Q, K and V with biases (random: transformers starts them at zero), added in fp32 before RoPE; the
+    # rotate-half RoPE reorders the bias rows as it does the weight's
+    model = hf_model("Qwen2ForCausalLM", tie_word_embeddings=True)
+    with torch.no_grad():
+        for layer in model.model.layers:
+            for proj in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj):
+                proj.bias.normal_()
+    ck = assert_equals_eager(model.requires_grad_(False), kernel_at=(0, 3), steps=4)
+    assert sum(v[-1] == "bias" for v in ck.schedule.variants) == 3
+    assert_equals_eager(tiny_llama(qkv_bias=True), kernel_at=())       # the single-file form
+
+
 def test_transformers_checkpoint_directory(tmp_path, capsys):
     from kogc.cli import main
     model = hf_model("LlamaForCausalLM", seed=5)
@@ -223,10 +236,10 @@ def test_run_with_a_compensated_fp8_head(tmp_path, capsys, monkeypatch):
 class OneLayer(torch.nn.Module):
     """One attention layer with each idiom replaceable, for the errors."""
 
-    def __init__(self, bias=False, act=F.silu, mask="causal", scale=None, repeat="interleave", norm="rms"):
+    def __init__(self, act=F.silu, mask="causal", scale=None, repeat="interleave", norm="rms"):
         super().__init__()
         self.emb = torch.nn.Embedding(32, 16)
-        self.q, self.k, self.v = (torch.nn.Linear(16, 16, bias=bias) for _ in range(3))
+        self.q, self.k, self.v = (torch.nn.Linear(16, 16, bias=False) for _ in range(3))
         self.up, self.out = torch.nn.Linear(16, 32, bias=False), torch.nn.Linear(16, 32, bias=False)
         self.ln = torch.nn.LayerNorm(16)
         self.register_buffer("kc", torch.zeros(1, 2, 8, 4))
@@ -251,7 +264,6 @@ class OneLayer(torch.nn.Module):
 
 
 @pytest.mark.parametrize("kwargs,needle", [
-    (dict(bias=True), "bias"),
     (dict(mask=None), "needs a causal mask"),
     (dict(mask="is_causal"), "is_causal=True"),
     (dict(scale=0.3), "scaled by 0.3"),
@@ -264,6 +276,15 @@ def test_unsupported_idiom_is_one_line_with_the_source_line(kwargs, needle):
         to_ir(OneLayer(**kwargs))
     msg = str(e.value)
     assert needle in msg and "test_ordinary.py:" in msg and len(msg.splitlines()) == 1, msg
+
+
+def test_lm_head_bias_is_one_line_with_the_source_line():
+    model = tiny_llama()
+    model.output.bias = torch.nn.Parameter(torch.randn(model.output.out_features))
+    with pytest.raises(FrontendError) as e:
+        to_ir(model)
+    msg = str(e.value)
+    assert "an LM head with a bias" in msg and "llama.py:" in msg and len(msg.splitlines()) == 1, msg
 
 
 def test_unsupported_idiom_exit_2_from_the_cli(tmp_path, capsys):

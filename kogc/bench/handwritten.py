@@ -24,6 +24,7 @@ class Shapes:
     head_dim: int
     ffn: int            # MLP width, all lanes
     vocab: int
+    qkv_bias: bool = False   # Q, K and V with a bias (Qwen2)
 
 
 def shapes_of(schedule) -> Shapes:
@@ -40,7 +41,7 @@ def shapes_of(schedule) -> Shapes:
     lanes = max(a.lanes, 1)
     return Shapes(hidden=head[0].p["k"], layers=len(att), heads=a.p["kv_heads"] * a.p["group"] * lanes,
                   kv_heads=a.p["kv_heads"] * lanes, head_dim=a.p["head_dim"], ffn=mlp[0] * lanes,
-                  vocab=head[0].p["n"])
+                  vocab=head[0].p["n"], qkv_bias=any(op.kind == "matvec" and op.p["bias"] for op in schedule.ops))
 
 
 def shapes_of_config(cfg) -> Shapes:
@@ -65,6 +66,7 @@ def step_fn(s: Shapes, context: int, device: str, seed: int = 0, world: int = 1,
     def mk(*shape):
         return torch.randn(*shape, device=device, dtype=dtype, generator=gen) / math.sqrt(shape[-1])
     wqkv = [mk((h_ + 2 * kv_) * hd, D) for _ in range(NL)]
+    bqkv = [mk((h_ + 2 * kv_) * hd) if s.qkv_bias else None for _ in range(NL)]
     wo = [mk(D, h_ * hd) for _ in range(NL)]
     w13 = [mk(2 * f_, D) for _ in range(NL)]
     w2 = [mk(D, f_) for _ in range(NL)]
@@ -82,7 +84,7 @@ def step_fn(s: Shapes, context: int, device: str, seed: int = 0, world: int = 1,
         x = emb[tok]
         for i in range(NL):
             h = F.rms_norm(x, (D,), ones)
-            q, k, v = (h @ wqkv[i].t()).split([h_ * hd, kv_ * hd, kv_ * hd], -1)
+            q, k, v = F.linear(h, wqkv[i], bqkv[i]).split([h_ * hd, kv_ * hd, kv_ * hd], -1)
             kc[i].index_copy_(1, pos, k.view(kv_, 1, hd))
             vc[i].index_copy_(1, pos, v.view(kv_, 1, hd))
             o = F.scaled_dot_product_attention(q.view(1, h_, 1, hd), kc[i][None], vc[i][None],

@@ -242,8 +242,9 @@ class AtenLowering(IRBuilder, RopeLowering, AttentionLowering):
     def linear(self, n: fx.Node):
         x, w = n.args[0], n.args[1]
         bias = n.args[2] if len(n.args) > 2 else n.kwargs.get("bias")
-        if bias is not None:
-            self.fail("a linear layer with a bias is not supported")
+        bc = None if bias is None else self.env.get(bias)
+        if bias is not None and not isinstance(bc, Const):
+            self.fail(f"{op_name(n)}: a bias that is not a parameter is not supported")
         wc = self.env.get(w)
         if not isinstance(wc, Const):
             self.fail(f"{op_name(n)} of two activations is only supported inside attention")
@@ -251,7 +252,8 @@ class AtenLowering(IRBuilder, RopeLowering, AttentionLowering):
         if n.target is not aten.linear.default and wc.view[-1:] == (("t",),):
             wc, view = Const(wc.tensor, wc.name, wc.view[:-1]), ()
         xv = self.vec(x)
-        out = self.emit(Op.MATVEC, [self.leaf(wc, 1, view), xv], hint=short(wc.name))
+        ins = [self.leaf(wc, 1, view), xv] + ([self.leaf(bc, 1)] if bc is not None else [])
+        out = self.emit(Op.MATVEC, ins, hint=short(wc.name))
         if meta(n).shape[-1] != self.types[out].shape[0]:
             self.fail(f"{op_name(n)}: the weight {wc.name} is not [out, in] as used")
         return Vec(out)
@@ -269,11 +271,18 @@ class AtenLowering(IRBuilder, RopeLowering, AttentionLowering):
 
     def matvec_rows(self, ir: str, start: int, end: int) -> str:
         mv = self.by_name(ir)
-        w = self.by_name(mv.inputs[0])
-        c = self.param_const(w)
-        view = tuple(tuple(s) for s in w.attrs.get("view", []) if s[0] != "lane") + (("rows", start, end),)
-        return self.emit(Op.MATVEC, [self.leaf(Const(c.tensor, c.name), 1, view), mv.inputs[1]],
-                         hint=short(c.name))
+        return self.matvec_again(mv, ("rows", start, end), 1, mv.inputs[1],
+                                 short(self.param_const(self.by_name(mv.inputs[0])).name))
+
+    def matvec_again(self, mv: Node, step: tuple | None, lanes: int, x: str, hint: str) -> str:
+        """Matvec `mv` once more on input x: its weight and its bias (if any) seen through one more view
+        step (None: none), with `lanes` lanes."""
+        leaves = []
+        for name in mv.inputs[:1] + mv.inputs[2:]:
+            p = self.by_name(name)
+            view = tuple(tuple(s) for s in p.attrs.get("view", []) if s[0] != "lane") + ((step,) if step else ())
+            leaves.append(self.leaf(self.param_const(p), lanes, view))
+        return self.emit(Op.MATVEC, [leaves[0], x] + leaves[1:], hint=hint)
 
     def param_const(self, w: Node) -> Const:
         src = w.attrs.get("source", w.attrs["name"])
@@ -362,11 +371,10 @@ class AtenLowering(IRBuilder, RopeLowering, AttentionLowering):
         node = self.by_name(ir)
         if node.op is not Op.MATVEC or not node.type.lanes:
             self.fail("the logits must come straight from the LM head's linear layer")
-        w = self.by_name(node.inputs[0])
-        view = tuple(tuple(s) for s in w.attrs.get("view", []) if s[0] != "lane")
-        c = self.param_const(w)
+        if len(node.inputs) == 3:
+            self.fail("an LM head with a bias is not supported")
         mean = self.emit(Op.LANE_MEAN, [node.inputs[1]], hint="lane_mean")
-        out = self.emit(Op.MATVEC, [self.leaf(Const(c.tensor, c.name), 0, view), mean], hint="lm_head")
+        out = self.matvec_again(node, None, 0, mean, "lm_head")
         self.replicated[ir] = out
         return out
 

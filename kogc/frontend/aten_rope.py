@@ -59,9 +59,7 @@ class RopeLowering:
             mv = self.by_name(src)
             if mv.op is not Op.MATVEC:
                 self.fail("rotate-half RoPE must act on a linear layer's output")
-            w = self.by_name(mv.inputs[0])
-            view = tuple(tuple(s) for s in w.attrs.get("view", []) if s[0] != "lane") + (("rope_half", hd),)
-            src = self.emit(Op.MATVEC, [self.leaf(self.param_const(w), 1, view), mv.inputs[1]], hint="rope_rows")
+            src = self.matvec_again(mv, ("rope_half", hd), 1, mv.inputs[1], "rope_rows")
         ir = self.emit(Op.ROPE, [src, self.pos_ir], self.rope_attrs(rope), hint="rope")
         self.where = where
         self.ropes[r.node] = ir

@@ -47,10 +47,12 @@ def _rmsnorm(node, args, types):
 
 
 def _matvec(node, args, types):
-    w, x = args
+    w, x = args[:2]
+    b = args[2] if len(args) == 3 else None
     if types[0].lanes:
-        return torch.einsum("lnk,lk->ln", w, x)
-    return x @ w.T
+        y = torch.einsum("lnk,lk->ln", w, x)
+        return y if b is None else y + b
+    return torch.nn.functional.linear(x, w, b)
 
 
 def rope_angles(pos: int, attrs: dict) -> tuple[torch.Tensor, torch.Tensor]:

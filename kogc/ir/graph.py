@@ -25,7 +25,7 @@ class Op(enum.Enum):
     SUB = "sub"
     SCALE = "scale"                  # x * constant; attrs: factor
     SILU = "silu"
-    MATVEC = "matvec"                # (W [N, K], x [K]) -> [N], per lane when W is lane-batched
+    MATVEC = "matvec"                # (W [N, K], x [K][, bias [N]]) -> [N], per lane when W is lane-batched
     ROPE = "rope"                    # interleaved pairs; (x [n*hd], pos); attrs: head_dim, theta
     KV_WRITE = "kv_write"            # (cache [kv, S, hd], x [kv*hd], pos) -> the cache, row pos written
     ATTENTION = "attention"          # (q [nq*hd], k_cache, v_cache, pos) -> [nq*hd]; GQA within a lane

@@ -78,13 +78,17 @@ def _same(ins, attrs):
 
 
 def _matvec(ins, attrs):
-    w, x = ins
+    w, x = ins[:2]
     if len(w.shape) != 2 or len(x.shape) != 1 or w.shape[1] != x.shape[0]:
         raise IRTypeError(f"matvec needs W [N, K] and x [K], got {w} and {x}")
     if w.dtype != x.dtype:
         raise IRTypeError(f"matvec dtypes differ: {w} and {x}")
     if w.lanes and x.lanes != w.lanes:
         raise IRTypeError(f"a lane-batched weight {w} needs a lane-batched input with as many lanes, got {x}")
+    if len(ins) == 3:       # a bias, added to the product
+        b = ins[2]
+        if b.shape != (w.shape[0],) or b.dtype != w.dtype or b.lanes not in (0, w.lanes):
+            raise IRTypeError(f"a matvec's bias must be [{w.shape[0]}] of {w.dtype}, shared or per lane as W, got {b}")
     return ValueType((w.shape[0],), w.dtype, _lanes_of(ins))
 
 
@@ -154,7 +158,7 @@ _RULES = {
     Op.OUTPUT: lambda ins, attrs: None,
 }
 
-ARITY = {Op.EMBED: 2, Op.BROADCAST_LANES: 1, Op.RMSNORM: 1, Op.SCALE: 1, Op.SILU: 1, Op.MATVEC: 2,
+ARITY = {Op.EMBED: 2, Op.BROADCAST_LANES: 1, Op.RMSNORM: 1, Op.SCALE: 1, Op.SILU: 1, Op.MATVEC: (2, 3),
          Op.ROPE: 2, Op.KV_WRITE: 3, Op.ATTENTION: 4, Op.LANE_SUM: 1, Op.LANE_MEAN: 1,
          Op.LANE_SUM_OTHERS: 1, Op.ARGMAX: 1, Op.MUL: 2, Op.ADD: 2, Op.SUB: 2,
          Op.INPUT: 0, Op.PARAM: 0, Op.STATE: 0}

@@ -33,8 +33,10 @@ def verify(graph: Graph, stage: str = "") -> Graph:
         for i in node.inputs:
             if i not in defined:
                 fail(node, f"uses {i} before it is defined")
-        if node.op in ARITY and len(node.inputs) != ARITY[node.op]:
-            fail(node, f"takes {ARITY[node.op]} inputs, has {len(node.inputs)}")
+        arity = ARITY.get(node.op)
+        if arity is not None and len(node.inputs) not in (arity if isinstance(arity, tuple) else (arity,)):
+            fail(node, f"takes {' or '.join(map(str, arity)) if isinstance(arity, tuple) else arity} inputs, "
+                       f"has {len(node.inputs)}")
         if node.op is not Op.OUTPUT:
             if node.type is None or node.type.dtype not in DTYPES:
                 fail(node, f"bad type {node.type}")

@@ -150,7 +150,8 @@ def _residual_terms(n: Node, by) -> tuple[str, list[Term]] | None:
 
 def _matvec(n: Node, by, users, order, take, residual_done, paired) -> FusedOp:
     w, x = by[n.inputs[0]], by[n.inputs[1]]
-    p = {"w": w.name, "n": w.type.shape[0], "k": w.type.shape[1], "out": None}
+    p = {"w": w.name, "n": w.type.shape[0], "k": w.type.shape[1], "out": None,
+         "bias": n.inputs[2] if len(n.inputs) == 3 else None}
     take(n.name)
     # prologue
     norm = _norm_input(x, by)
@@ -189,10 +190,14 @@ def _matvec(n: Node, by, users, order, take, residual_done, paired) -> FusedOp:
         take(us[0].name)
         p.update(epilogue=CACHE, cache=us[0].inputs[0], head_dim=us[0].type.shape[2])
     elif any(u.op is Op.ARGMAX for u in us):
+        if p["bias"]:
+            raise SchedulerError(f"an LM head with a bias ({n.name}) is not supported, at {n.source or '?'}")
         p.update(epilogue=STORE_ARGMAX, out=n.name)
     else:
         p.update(epilogue=STORE, out=n.name)
-        fused = _fusable_residual(n, by, users, order)
+        # (a biased matvec stores its rows and a residual task adds them: the residual epilogue's
+        # arguments leave no slot for a bias)
+        fused = None if p["bias"] else _fusable_residual(n, by, users, order)
         if fused is not None:
             add_node, stream, terms = fused
             residual_done.add(add_node.name)
@@ -215,7 +220,7 @@ def gated_pair(mul: Node, by, users) -> tuple[Node, Node, Node] | None:
     if a.op is not Op.SILU or b.op is not Op.MATVEC or by[a.inputs[0]].op is not Op.MATVEC:
         return None
     gate, up = by[a.inputs[0]], b
-    same = gate.inputs[1] == up.inputs[1] and gate.type == up.type and \
+    same = len(gate.inputs) == len(up.inputs) == 2 and gate.inputs[1] == up.inputs[1] and gate.type == up.type and \
         by[gate.inputs[0]].type.shape == by[up.inputs[0]].type.shape
     used_by = lambda x: [u.name for u in users.get(x.name, [])]     # noqa: E731
     only = used_by(gate) == [a.name] and used_by(a) == [mul.name] and used_by(up) == [mul.name]

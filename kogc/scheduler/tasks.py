@@ -16,6 +16,7 @@ NARGS = 14
 (A_X, A_X2, A_OUT, A_ROW0, A_CACHE, A_H, A_RES_OUT, A_TERM, A_TERM_STRIDE, A_TERM_SEL, A_EPS, A_OWN_COEF,
  A_TERM_COEF, A_SLOT) = range(NARGS)
 A_KEYS = A_CACHE    # the LM head (store_argmax) and the argmax: where the step's token keys are (no cache there)
+A_BIAS = A_H        # a biased matvec: its rows' bias in the small arena (never a residual epilogue: fuse)
 # Delayed tensor parallelism (several ranks) reuses slots the kinds involved leave free:
 A_RECV = A_CACHE         # a receive buffer in the f32 arena: [2 step parities][peers][n]
 A_RECV_STRIDE = A_SLOT   # a residual term's n (one peer's partial) in that buffer

@@ -15,7 +15,7 @@ from .config import TileConfig, attention_splits, tile_config_from_json  # noqa:
 from .errors import SchedulerError
 from .fuse import (ALL, ATTN_COMBINE, OTHERS, OWN, RESIDUAL, ROPE_CACHE, ROPE_STORE, SILU_MUL, STORE_ARGMAX,
                    FusedOp, is_pow2)
-from .tasks import (A_CACHE, A_EPS, A_H, A_KEYS, A_OUT, A_OWN_COEF, A_RECV, A_RECV_STRIDE, A_RES_OUT, A_ROW0,
+from .tasks import (A_BIAS, A_CACHE, A_EPS, A_H, A_KEYS, A_OUT, A_OWN_COEF, A_RECV, A_RECV_STRIDE, A_RES_OUT, A_ROW0,
                     A_SLOT, A_TERM, A_TERM_COEF, A_TERM_SEL, A_TERM_STRIDE, A_X, A_X2, NARGS, SELECT_CODES,
                     TOKEN_KEYS, Exchange, Region, Task, WeightTile)
 
@@ -238,8 +238,10 @@ def _tile_matvec(op, by, lay, val, new, cfg, es, lanes_of, sent=(), recv_slot=No
         _too_many(op)
     term = terms[0] if terms else None
     variant = ("matvec", rows * stacked, K, pro, epi, hd) + variant_extra + (op.lanes,)
-    if not is_pow2(K):      # Triton's ranges are powers of two: K is held in KP lanes, the rest masked
+    if not is_pow2(K) or p["bias"]:      # Triton's ranges are powers of two: K is held in KP lanes, the rest masked
         variant += (next_pow2(K),)
+    if p["bias"]:
+        variant += ("bias",)
     wnode = by[p["w"]]
     wname = wnode.attrs["name"]
     up = by[p["w2"]].attrs["name"] if stacked == 2 else ""
@@ -249,6 +251,8 @@ def _tile_matvec(op, by, lay, val, new, cfg, es, lanes_of, sent=(), recv_slot=No
         for r0 in range(0, N, rows):
             a = _args(x_args)
             a[A_ROW0] = r0
+            if p["bias"]:
+                a[A_BIAS] = lay.at(p["bias"], l, r0)
             reads, writes = list(x_reads), []
             if p["out"]:
                 a[A_OUT] = lay.at(p["out"], l, r0)
