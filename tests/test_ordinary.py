@@ -169,17 +169,23 @@ def test_transformers_models_equal_eager(cls_name, cfg):
         assert rel_err(got, want) < 1e-5 and model.config.sliding_window == 4096
 
 
-def test_qwen2_biases_equal_eager():
-    # Q, K and V with biases (random: transformers starts them at zero), added in fp32 before RoPE; the
-    # rotate-half RoPE reorders the bias rows as it does the weight's
-    model = hf_model("Qwen2ForCausalLM", tie_word_embeddings=True)
-    with torch.no_grad():
-        for layer in model.model.layers:
-            for proj in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj):
-                proj.bias.normal_()
-    ck = assert_equals_eager(model, kernel_at=(0, 3), steps=4)
-    assert sum(v[-1] == "bias" for v in ck.schedule.variants) == 3
-    assert_equals_eager(tiny_llama(qkv_bias=True), kernel_at=())       # the single-file form
+def test_biases_equal_eager():
+    # Llama with every linear layer biased (attention_bias, mlp_bias): Q/K/V add theirs before RoPE and
+    # the cache write, Wo and W2 store their rows for a residual task, W1/W3 are stored (no gated pair):
+    # the kernel at step 1. Qwen2 (Q/K/V biased, rotate-half RoPE reordering the bias's rows as
+    # the weight's) and the single-file form through the IR. Random biases: transformers starts them at 0.
+    def biased(model):
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if name.endswith("bias"):
+                    p.normal_()
+        return model
+    ck = assert_equals_eager(biased(hf_model("LlamaForCausalLM", attention_bias=True, mlp_bias=True)),
+                             kernel_at=(1,), steps=2)
+    assert sum(v[-1] == "bias" for v in ck.schedule.variants) == 6
+    assert sum(op.kind == "residual" for op in ck.schedule.ops) == 4
+    assert_equals_eager(biased(hf_model("Qwen2ForCausalLM", tie_word_embeddings=True)), kernel_at=(), steps=4)
+    assert_equals_eager(tiny_llama(qkv_bias=True), kernel_at=(), steps=4)
 
 
 def test_transformers_checkpoint_directory(tmp_path, capsys):
@@ -249,7 +255,10 @@ class OneLayer(torch.nn.Module):
     def forward(self, token, pos):
         x = self.emb(token.reshape(1, 1))
         x = self.ln(x) if self.norm == "layer" else x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5)
-        q = self.q(x).view(1, 1, 4, 4).transpose(1, 2)
+        q = self.q(x).view(1, 1, 4, 4)
+        if self.norm == "head":     # Qwen3's q_norm, written out (without its weight)
+            q = q * torch.rsqrt(q.pow(2).mean(-1, keepdim=True) + 1e-6)
+        q = q.transpose(1, 2)
         k = self.k(x).view(1, 1, 4, 4)[:, :, :2].transpose(1, 2)
         v = self.v(x).view(1, 1, 4, 4)[:, :, 2:].transpose(1, 2)
         self.kc[:, :, pos.reshape(1)] = k
@@ -269,6 +278,7 @@ class OneLayer(torch.nn.Module):
     (dict(scale=0.3), "scaled by 0.3"),
     (dict(repeat="tile"), "KV heads repeated in order"),
     (dict(norm="layer"), "aten.layer_norm"),
+    (dict(norm="head"), "an RMSNorm over each 4 of a vector of 16 (a norm per head)"),
     (dict(act=F.gelu), "aten.gelu"),
 ])
 def test_unsupported_idiom_is_one_line_with_the_source_line(kwargs, needle):

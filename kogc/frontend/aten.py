@@ -390,6 +390,10 @@ class AtenLowering(IRBuilder, RopeLowering, AttentionLowering):
             dims = [d % meta(args[0]).dim() for d in args[1]]
             if dims != [meta(args[0]).dim() - 1]:
                 self.fail("an RMSNorm's mean must be over the last axis")
+            width, axis = self.types[k[0].x].shape[0], meta(args[0]).shape[-1]
+            if axis != width:       # e.g. Qwen3's q_norm / k_norm over each head of a [heads, head_dim] view
+                self.fail(f"an RMSNorm over each {axis} of a vector of {width} (a norm per head) is not supported: "
+                          f"only over the whole vector")
             return Norm("ms", k[0].x)
         if t is aten.add.Tensor and isinstance(k[0], Norm) and k[0].stage == "ms" and isinstance(k[1], (int, float)):
             return Norm("mse", k[0].x, float(k[1]))
