@@ -172,18 +172,31 @@ def test_transformers_models_equal_eager(cls_name, cfg):
 def test_biases_equal_eager():
     # Llama with every linear layer biased (attention_bias, mlp_bias): Q/K/V add theirs before RoPE and
     # the cache write, Wo and W2 store their rows for a residual task, W1/W3 are stored (no gated pair):
-    # the kernel at step 1. Qwen2 (Q/K/V biased, rotate-half RoPE reordering the bias's rows as
-    # the weight's) and the single-file form through the IR. Random biases: transformers starts them at 0.
+    # the kernel at step 1, also with FP8 weights (a row's sum times its scale, then the bias). Qwen2 (Q/K/V
+    # biased, rotate-half RoPE reordering the bias's rows as the weight's) and the single-file form through
+    # the IR. Random biases: transformers starts them at 0.
     def biased(model):
         with torch.no_grad():
             for name, p in model.named_parameters():
                 if name.endswith("bias"):
                     p.normal_()
         return model
-    ck = assert_equals_eager(biased(hf_model("LlamaForCausalLM", attention_bias=True, mlp_bias=True)),
-                             kernel_at=(1,), steps=2)
+    model = biased(hf_model("LlamaForCausalLM", attention_bias=True, mlp_bias=True))
+    ck = assert_equals_eager(model, kernel_at=(1,), steps=2)
     assert sum(v[-1] == "bias" for v in ck.schedule.variants) == 6
     assert sum(op.kind == "residual" for op in ck.schedule.ops) == 4
+    # FP8 weights: each row's sum times its scale, then the (unquantized) bias
+    from kogc.fp8 import fake_quantize
+    from kogc.ir import execute
+    from kogc.ir.executor import new_state
+    from kogc.runtime.kernel import weights_of
+    step = kogc.frontend.decode_step(model)
+    fp8 = kogc.compile(step, weights="fp8")
+    quantized = {t.weight.param for t in fp8.schedule.tasks if t.weight}
+    ref = {k: fake_quantize(v) if k in quantized else v for k, v in weights_of(step, fp8.ir).items()}
+    logits, nxt = fp8.step(5, 0)
+    (want, want_next), _ = execute(fp8.ir, ref, new_state(fp8.ir), [5, 0])
+    assert rel_err(logits, want) < 1e-5 and nxt == int(want_next)
     assert_equals_eager(biased(hf_model("Qwen2ForCausalLM", tie_word_embeddings=True)), kernel_at=(), steps=4)
     assert_equals_eager(tiny_llama(qkv_bias=True), kernel_at=(), steps=4)
 
