@@ -29,6 +29,8 @@ class LlamaConfig:
     max_seq_len: int = 64
     tie_embeddings: bool = False
     qkv_bias: bool = False          # Q, K and V projections with a bias (Qwen2)
+    qk_norm: bool = False           # an RMSNorm over each head of q and k before RoPE (Qwen3)
+    head_dim: int = 0               # 0: dim // n_heads
     dtype: str = "float32"
 
 
@@ -45,6 +47,11 @@ PRESETS = {
     "qwen2.5-0.5b": LlamaConfig(vocab_size=151936, dim=896, n_layers=24, n_heads=14, n_kv_heads=2, ffn_dim=4864,
                                 norm_eps=1e-6, rope_theta=1000000.0, max_seq_len=8192, tie_embeddings=True,
                                 qkv_bias=True, dtype="float16"),
+    # Qwen3-0.6B's shapes: width 1024, 16 query / 8 KV heads of 128 (wider than the model), MLP 3072, vocabulary
+    # 151936, q and k normed per head, tied
+    "qwen3-0.6b": LlamaConfig(vocab_size=151936, dim=1024, n_layers=28, n_heads=16, n_kv_heads=8, head_dim=128,
+                              ffn_dim=3072, norm_eps=1e-6, rope_theta=1000000.0, max_seq_len=8192,
+                              tie_embeddings=True, qk_norm=True, dtype="float16"),
 }
 
 
@@ -89,18 +96,22 @@ class KVCache(nn.Module):
 class Attention(nn.Module):
     def __init__(self, c: LlamaConfig):
         super().__init__()
-        self.n_heads, self.n_kv_heads, self.head_dim = c.n_heads, c.n_kv_heads, c.dim // c.n_heads
+        self.n_heads, self.n_kv_heads, self.head_dim = c.n_heads, c.n_kv_heads, c.head_dim or c.dim // c.n_heads
         self.wq = nn.Linear(c.dim, c.n_heads * self.head_dim, bias=c.qkv_bias)
         self.wk = nn.Linear(c.dim, c.n_kv_heads * self.head_dim, bias=c.qkv_bias)
         self.wv = nn.Linear(c.dim, c.n_kv_heads * self.head_dim, bias=c.qkv_bias)
         self.wo = nn.Linear(c.n_heads * self.head_dim, c.dim, bias=False)
         self.cache = KVCache(c.n_kv_heads, c.max_seq_len, self.head_dim, getattr(torch, c.dtype))
+        if c.qk_norm:
+            self.q_norm, self.k_norm = RMSNorm(self.head_dim, c.norm_eps), RMSNorm(self.head_dim, c.norm_eps)
 
     def forward(self, x, pos, freqs_cis, mask):
         B, T, _ = x.shape
         q = self.wq(x).view(B, T, self.n_heads, self.head_dim)
         k = self.wk(x).view(B, T, self.n_kv_heads, self.head_dim)
         v = self.wv(x).view(B, T, self.n_kv_heads, self.head_dim)
+        if hasattr(self, "q_norm"):
+            q, k = self.q_norm(q), self.k_norm(k)
         q, k = apply_rotary_emb(q, freqs_cis), apply_rotary_emb(k, freqs_cis)
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))
         keys, values = self.cache.update(pos, k, v)
@@ -142,7 +153,7 @@ class Llama(nn.Module):
         self.output = nn.Linear(c.dim, c.vocab_size, bias=False)
         if c.tie_embeddings:
             self.output.weight = self.tok_embeddings.weight
-        self.register_buffer("freqs_cis", precompute_freqs_cis(c.dim // c.n_heads, c.max_seq_len, c.rope_theta),
+        self.register_buffer("freqs_cis", precompute_freqs_cis(c.head_dim or c.dim // c.n_heads, c.max_seq_len, c.rope_theta),
                              persistent=False)
         causal = torch.tril(torch.ones(c.max_seq_len, c.max_seq_len, dtype=torch.bool))
         self.register_buffer("causal_mask", causal, persistent=False)

@@ -20,10 +20,11 @@ def test_filtered_launches_run_the_filter_on_the_gpu():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("preset", ["tiny", "smollm2-135m", "qwen2.5-0.5b"])
+@pytest.mark.parametrize("preset", ["tiny", "smollm2-135m", "qwen2.5-0.5b", "qwen3-0.6b"])
 def test_single_file_llama_on_the_gpu(preset):
     # an ordinary decoder (torch.export frontend; SmolLM2's shapes: width 576, 9 query / 3 KV heads;
-    # Qwen2.5-0.5B's: width 896, 14 query / 2 KV heads, Q/K/V with biases)
+    # Qwen2.5-0.5B's: width 896, 14 query / 2 KV heads, Q/K/V with biases; Qwen3-0.6B's: heads of 128 over a
+    # width of 1024, q and k normed per head)
     # against its own eager (tiny in fp32, smollm2-135m in fp16), 64 steps and a 64-token generation in
     # one launch (tie-aware)
     import os

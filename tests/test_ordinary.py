@@ -201,6 +201,20 @@ def test_biases_equal_eager():
     assert_equals_eager(tiny_llama(qkv_bias=True), kernel_at=(), steps=4)
 
 
+def test_norms_per_head_equal_eager():
+    # Qwen3: q and k normed per head (its own scales, random here) before rotate-half RoPE, heads of 32
+    # wider than the model's 96 / 6: a task per lane's q or k after the projection (the kernel at step 1);
+    # the single-file form (complex RoPE, the norm written out) through the IR
+    model = hf_model("Qwen3ForCausalLM", head_dim=32)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "q_norm" in name or "k_norm" in name:
+                p.normal_(1.0, 0.3)
+    ck = assert_equals_eager(model, kernel_at=(1,), steps=2)
+    assert sorted(v[:3] for v in ck.schedule.variants if v[0] == "head_norm") == [("head_norm", 2, 32), ("head_norm", 6, 32)]
+    assert_equals_eager(tiny_llama(qk_norm=True, head_dim=32), kernel_at=(), steps=4)
+
+
 def test_transformers_checkpoint_directory(tmp_path, capsys):
     from kogc.cli import main
     model = hf_model("LlamaForCausalLM", seed=5)
@@ -268,10 +282,7 @@ class OneLayer(torch.nn.Module):
     def forward(self, token, pos):
         x = self.emb(token.reshape(1, 1))
         x = self.ln(x) if self.norm == "layer" else x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5)
-        q = self.q(x).view(1, 1, 4, 4)
-        if self.norm == "head":     # Qwen3's q_norm, written out (without its weight)
-            q = q * torch.rsqrt(q.pow(2).mean(-1, keepdim=True) + 1e-6)
-        q = q.transpose(1, 2)
+        q = self.q(x).view(1, 1, 4, 4).transpose(1, 2)
         k = self.k(x).view(1, 1, 4, 4)[:, :, :2].transpose(1, 2)
         v = self.v(x).view(1, 1, 4, 4)[:, :, 2:].transpose(1, 2)
         self.kc[:, :, pos.reshape(1)] = k
@@ -291,7 +302,6 @@ class OneLayer(torch.nn.Module):
     (dict(scale=0.3), "scaled by 0.3"),
     (dict(repeat="tile"), "KV heads repeated in order"),
     (dict(norm="layer"), "aten.layer_norm"),
-    (dict(norm="head"), "an RMSNorm over each 4 of a vector of 16 (a norm per head)"),
     (dict(act=F.gelu), "aten.gelu"),
 ])
 def test_unsupported_idiom_is_one_line_with_the_source_line(kwargs, needle):

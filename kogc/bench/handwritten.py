@@ -25,6 +25,7 @@ class Shapes:
     ffn: int            # MLP width, all lanes
     vocab: int
     qkv_bias: bool = False   # Q, K and V with a bias (Qwen2)
+    qk_norm: bool = False    # q and k normed per head before RoPE (Qwen3)
 
 
 def shapes_of(schedule) -> Shapes:
@@ -41,7 +42,8 @@ def shapes_of(schedule) -> Shapes:
     lanes = max(a.lanes, 1)
     return Shapes(hidden=head[0].p["k"], layers=len(att), heads=a.p["kv_heads"] * a.p["group"] * lanes,
                   kv_heads=a.p["kv_heads"] * lanes, head_dim=a.p["head_dim"], ffn=mlp[0] * lanes,
-                  vocab=head[0].p["n"], qkv_bias=any(op.kind == "matvec" and op.p["bias"] for op in schedule.ops))
+                  vocab=head[0].p["n"], qkv_bias=any(op.kind == "matvec" and op.p["bias"] for op in schedule.ops),
+                  qk_norm=any(op.kind == "head_norm" for op in schedule.ops))
 
 
 def shapes_of_config(cfg) -> Shapes:
@@ -76,6 +78,7 @@ def step_fn(s: Shapes, context: int, device: str, seed: int = 0, world: int = 1,
     mask = torch.full((ctx,), float("-inf"), device=device, dtype=dtype)
     mask[:context + 1] = 0
     ones = torch.ones(D, device=device, dtype=dtype)
+    ones_hd = torch.ones(hd, device=device, dtype=dtype)
     tok = torch.zeros(1, dtype=torch.long, device=device)
     pos = torch.tensor([context], device=device)
     reduce = all_reduce or (lambda t, op="sum": None)
@@ -85,6 +88,8 @@ def step_fn(s: Shapes, context: int, device: str, seed: int = 0, world: int = 1,
         for i in range(NL):
             h = F.rms_norm(x, (D,), ones)
             q, k, v = F.linear(h, wqkv[i], bqkv[i]).split([h_ * hd, kv_ * hd, kv_ * hd], -1)
+            if s.qk_norm:
+                q, k = F.rms_norm(q.view(h_, hd), (hd,), ones_hd), F.rms_norm(k.view(kv_, hd), (hd,), ones_hd)
             kc[i].index_copy_(1, pos, k.view(kv_, 1, hd))
             vc[i].index_copy_(1, pos, v.view(kv_, 1, hd))
             o = F.scaled_dot_product_attention(q.view(1, h_, 1, hd), kc[i][None], vc[i][None],

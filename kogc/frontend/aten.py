@@ -340,10 +340,14 @@ class AtenLowering(IRBuilder, RopeLowering, AttentionLowering):
             xv = self.vec(x)
             if w.tensor.numel() == 1 and w.name is None:
                 return Vec(self.emit(Op.SCALE, [xv], {"factor": float(w.tensor)}, hint="scale"))
-            if tuple(squeezed(w.tensor.shape)) != self.types[xv].shape:
+            width, per = self.types[xv].shape[0], w.tensor.numel()
+            tiled = tuple(squeezed(w.tensor.shape)) == (per,) and per != width and width % per == 0 and \
+                meta(x).shape[-1] == per       # a per-head scale on a [heads, head_dim] view (Qwen3's q_norm)
+            if tuple(squeezed(w.tensor.shape)) != (width,) and not tiled:
                 self.fail(f"multiplying by a weight of shape {list(w.tensor.shape)}: only an elementwise scale "
-                          f"of the vector's width {self.types[xv].shape} is supported")
-            wv = Const(w.tensor.reshape(-1), w.name, w.view + ((("flat",),) if w.tensor.dim() != 1 else ()))
+                          f"of the vector's width {self.types[xv].shape} (or of each head's) is supported")
+            view = w.view + ((("flat",),) if w.tensor.dim() != 1 else ()) + ((("tile", width // per),) if tiled else ())
+            wv = Const(w.tensor.reshape(-1), w.name, view)
             return Vec(self.emit(Op.MUL, [xv, self.leaf(wv, 0)]))
         return Vec(self.emit(Op.MUL, [self.vec(a), self.vec(b)]))
 
@@ -391,16 +395,16 @@ class AtenLowering(IRBuilder, RopeLowering, AttentionLowering):
             if dims != [meta(args[0]).dim() - 1]:
                 self.fail("an RMSNorm's mean must be over the last axis")
             width, axis = self.types[k[0].x].shape[0], meta(args[0]).shape[-1]
-            if axis != width:       # e.g. Qwen3's q_norm / k_norm over each head of a [heads, head_dim] view
-                self.fail(f"an RMSNorm over each {axis} of a vector of {width} (a norm per head) is not supported: "
-                          f"only over the whole vector")
-            return Norm("ms", k[0].x)
+            if width % axis:
+                self.fail(f"an RMSNorm over each {axis} of a vector of {width} is not supported")
+            # over each head of a [heads, head_dim] view (Qwen3's q_norm / k_norm), or the whole vector
+            return Norm("ms", k[0].x, group=axis if axis != width else 0)
         if t is aten.add.Tensor and isinstance(k[0], Norm) and k[0].stage == "ms" and isinstance(k[1], (int, float)):
-            return Norm("mse", k[0].x, float(k[1]))
+            return Norm("mse", k[0].x, float(k[1]), k[0].group)
         if t is aten.rsqrt.default and isinstance(k[0], Norm) and k[0].stage == "mse":
-            return Norm("rs", k[0].x, k[0].eps)
+            return Norm("rs", k[0].x, k[0].eps, k[0].group)
         if t is aten.sqrt.default and isinstance(k[0], Norm) and k[0].stage == "mse":
-            return Norm("sqrt", k[0].x, k[0].eps)
+            return Norm("sqrt", k[0].x, k[0].eps, k[0].group)
         if t in CASTS and isinstance(k[0], Norm):
             return k[0]
         if t in (aten.mul.Tensor, aten.div.Tensor):
@@ -408,7 +412,8 @@ class AtenLowering(IRBuilder, RopeLowering, AttentionLowering):
                 want = "rs" if t is aten.mul.Tensor else "sqrt"
                 if isinstance(x, Vec) and isinstance(r, Norm) and r.stage == want and r.x == x.ir and \
                         (t is aten.mul.Tensor or x is k[0]):
-                    return Vec(self.emit(Op.RMSNORM, [x.ir], {"eps": r.eps}, hint="rmsnorm"))
+                    attrs = {"eps": r.eps, **({"group": r.group} if r.group else {})}
+                    return Vec(self.emit(Op.RMSNORM, [x.ir], attrs, hint="rmsnorm"))
         if any(isinstance(x, Norm) for x in k):
             self.fail(f"{op_name(n)} inside what looks like an RMSNorm: only x * rsqrt(mean(x^2) + eps) is supported")
         return None

@@ -56,10 +56,7 @@ class RopeLowering:
                       f"embedding (RoPE) kogc recognises")
         src = r.ir
         if rope.pairing == "half":      # rotate-half: the weight's rows reordered so that pairs interleave
-            mv = self.by_name(src)
-            if mv.op is not Op.MATVEC:
-                self.fail("rotate-half RoPE must act on a linear layer's output")
-            src = self.matvec_again(mv, ("rope_half", hd), 1, mv.inputs[1], "rope_rows")
+            src = self.pairs_interleaved(src, hd)
         ir = self.emit(Op.ROPE, [src, self.pos_ir], self.rope_attrs(rope), hint="rope")
         self.where = where
         self.ropes[r.node] = ir
@@ -100,6 +97,26 @@ class RopeLowering:
             return tuple((str(n.target), arg(list(n.args)), arg(sorted(n.kwargs.items()))) for n in order)
         except TypeError:
             return None
+
+    def pairs_interleaved(self, src: str, hd: int) -> str:
+        """The value `src` with each head's dims in interleaved-pair order ((j, j + hd/2) -> (2j, 2j + 1)):
+        a linear layer's output by reordering its weight's (and bias's) rows, or a norm per head of one
+        times a per-head scale (Qwen3's q_norm / k_norm: the norm does not see the order) by reordering the
+        layer's rows and the scale."""
+        node = self.by_name(src)
+        if node.op is Op.MATVEC:
+            return self.matvec_again(node, ("rope_half", hd), 1, node.inputs[1], "rope_rows")
+        if node.op is Op.MUL:
+            norm, scale = (self.by_name(i) for i in node.inputs)
+            if norm.op is Op.PARAM:
+                norm, scale = scale, norm
+            if norm.op is Op.RMSNORM and norm.attrs.get("group") == hd and scale.op is Op.PARAM and \
+                    self.by_name(norm.inputs[0]).op is Op.MATVEC:
+                rows = self.pairs_interleaved(norm.inputs[0], hd)
+                normed = self.emit(Op.RMSNORM, [rows], dict(norm.attrs), hint="rmsnorm")
+                view = tuple(tuple(s) for s in scale.attrs.get("view", []) if s[0] != "lane") + (("rope_half", hd),)
+                return self.emit(Op.MUL, [normed, self.leaf(self.param_const(scale), 0, view)])
+        self.fail("rotate-half RoPE must act on a linear layer's output (or its norm per head)")
 
     def rope_attrs(self, rope) -> dict:
         """ROPE's attrs: theta when the probed frequencies are theta^(-2j/hd) (within fp32 rounding), else

@@ -53,6 +53,7 @@ class Norm:
     stage: str                       # "sq", "ms", "mse", "rs", "sqrt"
     x: str
     eps: float = 0.0
+    group: int = 0                   # the mean over each `group` elements (a norm per head), 0: over all
 
 
 @dataclass

@@ -21,6 +21,8 @@ def derive_step(t: torch.Tensor, step) -> torch.Tensor:
         hd = step[1]
         j = torch.arange(hd // 2)
         return t[..., torch.stack((j, j + hd // 2), 1).reshape(-1)]
+    if kind == "tile":          # a per-head vector repeated for each of step[1] heads
+        return t.repeat(step[1])
     if kind == "flat":
         return t.reshape(-1)
     if kind == "lane":

@@ -42,8 +42,11 @@ def _binary(fn):
 
 def _rmsnorm(node, args, types):
     x = args[0].float()
+    group = node.attrs.get("group")
+    if group:
+        x = x.reshape(x.shape[:-1] + (-1, group))
     y = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + node.attrs["eps"])
-    return y.to(args[0].dtype)
+    return y.reshape(args[0].shape).to(args[0].dtype)
 
 
 def _matvec(node, args, types):

@@ -19,7 +19,8 @@ class Op(enum.Enum):
     # model ops
     EMBED = "embed"                  # (table [V, D], token []) -> [D]
     BROADCAST_LANES = "broadcast_lanes"  # replicated x -> lane-batched copies; attrs: lanes
-    RMSNORM = "rmsnorm"              # x / sqrt(mean(x^2) + eps), fp32 inside; attrs: eps
+    RMSNORM = "rmsnorm"              # x / sqrt(mean(x^2) + eps), fp32 inside; attrs: eps, and `group`: each
+                                     # consecutive `group` elements normed alone (a norm per head), else all
     MUL = "mul"
     ADD = "add"
     SUB = "sub"

@@ -77,6 +77,14 @@ def _same(ins, attrs):
     return ins[0]
 
 
+def _rmsnorm(ins, attrs):
+    (x,) = ins
+    group = attrs.get("group")
+    if group and (len(x.shape) != 1 or x.shape[0] % group):
+        raise IRTypeError(f"an RMSNorm per group of {group} needs a vector of whole groups, got {x}")
+    return x
+
+
 def _matvec(ins, attrs):
     w, x = ins[:2]
     if len(w.shape) != 2 or len(x.shape) != 1 or w.shape[1] != x.shape[0]:
@@ -147,7 +155,7 @@ _RULES = {
     Op.INPUT: _leaf, Op.PARAM: _leaf, Op.STATE: _leaf,
     Op.EMBED: _embed,
     Op.BROADCAST_LANES: _broadcast_lanes,
-    Op.RMSNORM: _same, Op.SCALE: _same, Op.SILU: _same,
+    Op.RMSNORM: _rmsnorm, Op.SCALE: _same, Op.SILU: _same,
     Op.MATVEC: _matvec,
     Op.ROPE: _rope,
     Op.KV_WRITE: _kv_write,

@@ -32,7 +32,7 @@ class Term:
 
 @dataclass
 class FusedOp:
-    kind: str                    # embed | matvec | attention | residual | final_norm | argmax
+    kind: str                    # embed | matvec | attention | head_norm | residual | final_norm | argmax
     node: str                    # the IR node it is built around
     lanes: int                   # 0: one instance; L: one per lane
     p: dict = field(default_factory=dict)
@@ -67,7 +67,7 @@ def _norm_input(n: Node, by: dict[str, Node]) -> tuple[str, str, float] | None:
     a, b = (by[i] for i in n.inputs)
     if a.op is Op.PARAM:
         a, b = b, a
-    if a.op is Op.RMSNORM and b.op is Op.PARAM:
+    if a.op is Op.RMSNORM and b.op is Op.PARAM and not a.attrs.get("group"):
         return a.inputs[0], b.name, a.attrs["eps"]
     return None
 
@@ -99,6 +99,17 @@ def fuse(graph: Graph, cfg=None) -> list[FusedOp]:
             add("embed", n, n.type.lanes, table=emb.inputs[0], out=n.name)
         elif n.op is Op.MATVEC and n.name not in covered:      # (covered: the up half of a gated pair)
             ops.append(_matvec(n, by, users, order, take, residual_done, paired))
+        elif n.op is Op.ROPE and n.name not in covered and _head_norm_input(by[n.inputs[0]], by) is not None:
+            x, g, eps, group, norm, mul = _head_norm_input(by[n.inputs[0]], by)
+            take(n.name, norm.name, mul.name)
+            p = dict(x=x, g=g, eps=eps, heads=n.type.shape[0] // group, head_dim=n.attrs["head_dim"])
+            kvw = [u for u in users[n.name] if u.op is Op.KV_WRITE]
+            if kvw:
+                take(kvw[0].name)
+                p.update(cache=kvw[0].inputs[0], out=None)
+            else:
+                p.update(cache=None, out=n.name)
+            add("head_norm", n, n.type.lanes, **p)
         elif n.op is Op.ATTENTION:
             q, kw, vw = (by[i] for i in n.inputs[:3])
             kv, _, hd = kw.type.shape
@@ -126,6 +137,19 @@ def fuse(graph: Graph, cfg=None) -> list[FusedOp]:
         n = missing[0]
         raise SchedulerError(f"no fused task covers IR node {n.name} ({n.op.value}) from {n.source or '?'}")
     return ops
+
+
+def _head_norm_input(n: Node, by: dict[str, Node]):
+    """RoPE's input = rmsnorm per head of a stored x, times a per-head scale (Qwen3's q_norm / k_norm):
+    (x, g, eps, head_dim, the norm, the mul), or None."""
+    if n.op is not Op.MUL:
+        return None
+    a, b = (by[i] for i in n.inputs)
+    if a.op is Op.PARAM:
+        a, b = b, a
+    if a.op is Op.RMSNORM and a.attrs.get("group") and b.op is Op.PARAM:
+        return a.inputs[0], b.name, a.attrs["eps"], a.attrs["group"], a, n
+    return None
 
 
 def _form_nodes(n: Node, by) -> list[str]:

@@ -115,6 +115,23 @@ def tile_rank(graph: Graph, ops: list[FusedOp], cfg: TileConfig) -> tuple[list[T
                 send(p["out"], op)
         elif op.kind == "attention":
             _tile_attention(op, by, lay, val, new, cfg, es, lanes_of)
+        elif op.kind == "head_norm":
+            # every head of one lane's q or k: the norm per head, its scale, RoPE; into the activations or,
+            # at the position, the KV cache
+            nh, hd = p["heads"], p["head_dim"]
+            if p["out"]:
+                val(p["out"])
+            for l in lanes_of(op):
+                args = _args({A_X: lay.at(p["x"], l), A_X2: lay.at(p["g"], l), A_EPS: f32_bits(p["eps"])})
+                if p["out"]:
+                    args[A_OUT] = lay.at(p["out"], l)
+                    writes, S = [lay.region(p["out"], l, 0, nh * hd)], 0
+                else:
+                    kvh, S, _ = by[p["cache"]].type.shape
+                    args[A_CACHE] = lay.at(p["cache"], l)
+                    writes = [Region("kv", args[A_CACHE], args[A_CACHE] + kvh * S * hd)]
+                new(("head_norm", nh, hd, S), op, l, args, [lay.region(p["x"], l, 0, nh * hd)], writes,
+                    cost=2 * nh * hd * es)
         elif op.kind == "residual":
             d = by[p["out"]].type.shape[0]
             val(p["out"])
