@@ -212,6 +212,11 @@ def test_norms_per_head_equal_eager():
                 p.normal_(1.0, 0.3)
     ck = assert_equals_eager(model, kernel_at=(1,), steps=2)
     assert sorted(v[:3] for v in ck.schedule.variants if v[0] == "head_norm") == [("head_norm", 2, 32), ("head_norm", 6, 32)]
+    # (kogc analyze's phases: the normed projections and the norms in QKV, not W1/W3 by their kind)
+    from kogc.analysis.phases import phase_of
+    phases = {(t.op.rsplit(".", 1)[-1], phase_of(ck.schedule)(t)) for t in ck.schedule.tasks}
+    assert {p for op, p in phases if op in ("rope_rows", "rope", "v_proj")} == {"QKV"}
+    assert {p for op, p in phases if op in ("gate_proj", "up_proj")} == {"W1/W3"}
     assert_equals_eager(tiny_llama(qk_norm=True, head_dim=32), kernel_at=(), steps=4)
 
 

@@ -22,8 +22,15 @@ PHASE_OF = {"matvec/rmsnorm/rope_store": "QKV", "matvec/rmsnorm/rope_cache": "QK
             "attention": "attention", "matvec/attn_combine/residual": "Wo", "matvec/attn_combine/store": "Wo",
             "matvec/rmsnorm/store": "W1/W3", "matvec/rmsnorm/silu_mul": "W1/W3",
             "matvec/silu_mul/residual": "W2", "matvec/silu_mul/store": "W2",
-            "matvec/plain/residual": "W2", "matvec/plain/store": "W2"}
+            "matvec/plain/residual": "W2", "matvec/plain/store": "W2", "head_norm": "QKV"}
 PHASES = ("QKV", "attention", "Wo", "W1/W3", "W2")
+
+
+def phase_of(schedule):
+    """task -> its phase (or None): by kind, and a projection whose stored output a norm per head reads
+    (Qwen3's q and k, `matvec/rmsnorm/store` like W1/W3) in QKV."""
+    normed = {op.p["x"] for op in schedule.ops if op.kind == "head_norm"}
+    return lambda t: "QKV" if t.kind == "matvec" and t.op in normed else PHASE_OF.get(kind_key(t))
 TAIL_KINDS = ("final_norm", "matvec/plain/store_argmax", "argmax")   # the step's end
 
 
@@ -31,9 +38,10 @@ def layer_phases(schedule, ids: np.ndarray, ts: np.ndarray) -> list[dict]:
     """One row per phase: tasks per (lane, layer), mean span, mean body, and the last task's body start
     and the median task's end after the previous phase's last end (us; the inner layers)."""
     rows_of = defaultdict(list)
+    phase_of_task = phase_of(schedule)
     for j, tid in enumerate(ids):
         t = schedule.tasks[int(tid)]
-        phase = PHASE_OF.get(kind_key(t))
+        phase = phase_of_task(t)
         if phase is not None and t.layer is not None:
             rows_of[(t.lane, t.layer, phase)].append(j)
     layers = sorted({layer for _, layer, _ in rows_of})
@@ -77,8 +85,10 @@ def _spans(schedule, ids: np.ndarray, ts: np.ndarray, key_of) -> dict:
 def first_layers(schedule, ids: np.ndarray, ts: np.ndarray, n: int = 3) -> list[dict]:
     """The step's first `n` layers, all lanes together: per (layer, phase), its first task's start and
     its last task's end, us from the step's first stamp."""
+    phase_of_task = phase_of(schedule)
+
     def key(t):
-        phase = PHASE_OF.get(kind_key(t))
+        phase = phase_of_task(t)
         return (t.layer, phase) if phase is not None and t.layer is not None and t.layer < n else None
     span = _spans(schedule, ids, ts, key)
     return [{"layer": layer, "phase": p, "start": span[(layer, p)][0], "end": span[(layer, p)][1]}
