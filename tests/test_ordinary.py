@@ -155,6 +155,7 @@ def test_transformers_llama_equals_eager_and_generate():
 @pytest.mark.parametrize("cls_name,cfg", [
     ("LlamaForCausalLM", dict(num_key_value_heads=6, tie_word_embeddings=False)),
     ("MistralForCausalLM", {}),      # its default window (4,096) is longer than the cache: the plain causal path
+    ("Phi3ForCausalLM", dict(pad_token_id=0)),      # fused QKV and gate/up matrices, split by slicing
 ])
 def test_transformers_models_equal_eager(cls_name, cfg):
     model = hf_model(cls_name, **cfg)
