@@ -37,7 +37,7 @@ def render(schedule: Schedule, kernel_name: str = KERNEL_NAME, interpret: bool =
         nargs=T.NARGS, header=HEADER, A=ARG_NAMES, kernel_name=kernel_name, timer_asm=schedule.target.timer_asm,
         walign=weight_alignment(schedule), aalign=activation_alignment(schedule),
         kalign=attention_alignment(schedule), valign=vector_alignment(schedule),
-        ralign=residual_alignment(schedule),
+        ralign=residual_alignment(schedule), halign=head_norm_alignment(schedule),
         prefetch_asm=schedule.target.l2_prefetch_asm, line_elems=128 // schedule.weight_esize,
         scaled=int(schedule.tile_config.weights == "fp8"), esize=schedule.weight_esize,
         # (a prefetch changes no value: left out under the interpreter, which has no inline assembly)
@@ -80,6 +80,14 @@ def residual_alignment(schedule: Schedule) -> int:
     at its first row, the term's lane stride, the peers' sums)."""
     return _pow2_divisor(t.args[i] for t in schedule.tasks if t.kind == "matvec" and t.variant[4] == "residual"
                          for i in (T.A_H, T.A_TERM, T.A_TERM_STRIDE, T.A_RECV, T.A_RECV_STRIDE))
+
+
+def head_norm_alignment(schedule: Schedule) -> int:
+    """The common power of two of the norms per head's offsets: the stored q or k, the tiled scale, and
+    where the result goes (activations or the KV cache; heads are head_dim apart, a power of two)."""
+    return _pow2_divisor(v for t in schedule.tasks if t.kind == "head_norm"
+                         for v in (t.args[T.A_X], t.args[T.A_X2], t.args[T.A_OUT] if t.variant[3] == 0 else t.args[T.A_CACHE],
+                                   t.variant[2]))
 
 
 STEP_PREFETCH_BYTES = 32 * 1024    # of its weight stream each program asks L2 for at a step's end
