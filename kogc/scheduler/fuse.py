@@ -99,10 +99,11 @@ def fuse(graph: Graph, cfg=None) -> list[FusedOp]:
             add("embed", n, n.type.lanes, table=emb.inputs[0], out=n.name)
         elif n.op is Op.MATVEC and n.name not in covered:      # (covered: the up half of a gated pair)
             ops.append(_matvec(n, by, users, order, take, residual_done, paired))
-        elif n.op is Op.ROPE and n.name not in covered and _head_norm_input(by[n.inputs[0]], by) is not None:
-            x, g, eps, group, norm, mul = _head_norm_input(by[n.inputs[0]], by)
+        elif n.op is Op.ROPE and n.name not in covered and _head_norm_input(n, by) is not None:
+            x, g, eps, norm, mul = _head_norm_input(n, by)
             take(n.name, norm.name, mul.name)
-            p = dict(x=x, g=g, eps=eps, heads=n.type.shape[0] // group, head_dim=n.attrs["head_dim"])
+            hd = n.attrs["head_dim"]
+            p = dict(x=x, g=g, eps=eps, heads=n.type.shape[0] // hd, head_dim=hd)
             kvw = [u for u in users[n.name] if u.op is Op.KV_WRITE]
             if kvw:
                 take(kvw[0].name)
@@ -139,16 +140,17 @@ def fuse(graph: Graph, cfg=None) -> list[FusedOp]:
     return ops
 
 
-def _head_norm_input(n: Node, by: dict[str, Node]):
-    """RoPE's input = rmsnorm per head of a stored x, times a per-head scale (Qwen3's q_norm / k_norm):
-    (x, g, eps, head_dim, the norm, the mul), or None."""
+def _head_norm_input(rope: Node, by: dict[str, Node]):
+    """RoPE's input = rmsnorm over each of its heads of a stored x, times a per-head scale (Qwen3's q_norm /
+    k_norm): (x, g, eps, the norm, the mul), or None."""
+    n = by[rope.inputs[0]]
     if n.op is not Op.MUL:
         return None
     a, b = (by[i] for i in n.inputs)
     if a.op is Op.PARAM:
         a, b = b, a
-    if a.op is Op.RMSNORM and a.attrs.get("group") and b.op is Op.PARAM:
-        return a.inputs[0], b.name, a.attrs["eps"], a.attrs["group"], a, n
+    if a.op is Op.RMSNORM and a.attrs.get("group") == rope.attrs["head_dim"] and b.op is Op.PARAM:
+        return a.inputs[0], b.name, a.attrs["eps"], a, n
     return None
 
 
