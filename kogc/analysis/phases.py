@@ -24,6 +24,7 @@ PHASE_OF = {"matvec/rmsnorm/rope_store": "QKV", "matvec/rmsnorm/rope_cache": "QK
             "matvec/silu_mul/residual": "W2", "matvec/silu_mul/store": "W2",
             "matvec/plain/residual": "W2", "matvec/plain/store": "W2", "head_norm": "QKV"}
 PHASES = ("QKV", "attention", "Wo", "W1/W3", "W2")
+TAIL_KINDS = ("final_norm", "matvec/plain/store_argmax", "argmax")   # the step's end
 
 
 def phase_of(schedule):
@@ -31,7 +32,6 @@ def phase_of(schedule):
     (Qwen3's q and k, `matvec/rmsnorm/store` like W1/W3) in QKV."""
     normed = {op.p["x"] for op in schedule.ops if op.kind == "head_norm"}
     return lambda t: "QKV" if t.kind == "matvec" and t.op in normed else PHASE_OF.get(kind_key(t))
-TAIL_KINDS = ("final_norm", "matvec/plain/store_argmax", "argmax")   # the step's end
 
 
 def layer_phases(schedule, ids: np.ndarray, ts: np.ndarray) -> list[dict]:

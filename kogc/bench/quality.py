@@ -22,7 +22,6 @@ from ..fp8 import calibration_text, compensate_head, fake_quantize, quantize_blo
 PROMPTS = ("What is the capital of France?", "Write one sentence about the sea.", "How many legs does a spider have?")
 
 
-
 def quantized_copy(model, per: str = "row", which: str = "all"):
     """A copy of a transformers causal LM whose matvec weights (every Linear: attention, MLP and the LM
     head, untied from the embedding, which stays as it is) hold the FP8 values: per="row" as kogc packs

@@ -277,12 +277,14 @@ class AtenLowering(IRBuilder, RopeLowering, AttentionLowering):
     def matvec_again(self, mv: Node, step: tuple | None, lanes: int, x: str, hint: str) -> str:
         """Matvec `mv` once more on input x: its weight and its bias (if any) seen through one more view
         step (None: none), with `lanes` lanes."""
-        leaves = []
-        for name in mv.inputs[:1] + mv.inputs[2:]:
-            p = self.by_name(name)
-            view = tuple(tuple(s) for s in p.attrs.get("view", []) if s[0] != "lane") + ((step,) if step else ())
-            leaves.append(self.leaf(self.param_const(p), lanes, view))
+        leaves = [self.param_again(self.by_name(name), step, lanes) for name in mv.inputs[:1] + mv.inputs[2:]]
         return self.emit(Op.MATVEC, [leaves[0], x] + leaves[1:], hint=hint)
+
+    def param_again(self, p: Node, step: tuple | None, lanes: int) -> str:
+        """PARAM p's parameter once more: through p's own view steps (less its lane axis) and `step`
+        (None: none), with `lanes` lanes."""
+        view = tuple(tuple(s) for s in p.attrs.get("view", []) if s[0] != "lane") + ((step,) if step else ())
+        return self.leaf(self.param_const(p), lanes, view)
 
     def param_const(self, w: Node) -> Const:
         src = w.attrs.get("source", w.attrs["name"])

@@ -114,8 +114,7 @@ class RopeLowering:
                     self.by_name(norm.inputs[0]).op is Op.MATVEC:
                 rows = self.pairs_interleaved(norm.inputs[0], hd)
                 normed = self.emit(Op.RMSNORM, [rows], dict(norm.attrs), hint="rmsnorm")
-                view = tuple(tuple(s) for s in scale.attrs.get("view", []) if s[0] != "lane") + (("rope_half", hd),)
-                return self.emit(Op.MUL, [normed, self.leaf(self.param_const(scale), 0, view)])
+                return self.emit(Op.MUL, [normed, self.param_again(scale, ("rope_half", hd), 0)])
         self.fail("rotate-half RoPE must act on a linear layer's output (or its norm per head)")
 
     def rope_attrs(self, rope) -> dict:

@@ -99,8 +99,8 @@ def fuse(graph: Graph, cfg=None) -> list[FusedOp]:
             add("embed", n, n.type.lanes, table=emb.inputs[0], out=n.name)
         elif n.op is Op.MATVEC and n.name not in covered:      # (covered: the up half of a gated pair)
             ops.append(_matvec(n, by, users, order, take, residual_done, paired))
-        elif n.op is Op.ROPE and n.name not in covered and _head_norm_input(n, by) is not None:
-            x, g, eps, norm, mul = _head_norm_input(n, by)
+        elif n.op is Op.ROPE and n.name not in covered and (head_norm := _head_norm_input(n, by)) is not None:
+            x, g, eps, norm, mul = head_norm
             take(n.name, norm.name, mul.name)
             hd = n.attrs["head_dim"]
             p = dict(x=x, g=g, eps=eps, heads=n.type.shape[0] // hd, head_dim=hd)
