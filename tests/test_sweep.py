@@ -17,19 +17,28 @@ CPU_ONLY = pytest.mark.skipif(torch.cuda.is_available(), reason="interpreter in-
 
 
 @CPU_ONLY
-def test_sweep_under_the_interpreter(tmp_path, capsys):
+def test_sweep_under_the_interpreter(tmp_path, capsys, monkeypatch):
+    real_to = torch.nn.Module.to
+
+    def to_and_back(module, *args, **kwargs):    # new buffer tensors, as a move to a GPU and back gives
+        module = real_to(module, *args, **kwargs)
+        for m in module.modules():
+            m._buffers.update({k: b.clone() for k, b in m._buffers.items() if b is not None})
+        return module
+    monkeypatch.setattr(torch.nn.Module, "to", to_and_back)
     out = tmp_path / "sweep.json"
-    rc = main(["sweep", MICRO, "--config", "micro", "--interpret", "--context", "6", "--steps", "1", "--reps", "1",
+    rc = main(["sweep", MICRO, "--config", "micro", "--interpret", "--context", "6,3", "--steps", "1", "--reps", "1",
                "--variants", '[{}, {"attn_splits": 4}]', "--json", str(out)])
     text = capsys.readouterr().out
     assert rc == 0, text
     res = json.loads(out.read_text())
     rows = res["rows"]
-    assert [(r["variant"], r["context"]) for r in rows] == [({}, 6), ({"attn_splits": 4}, 6)]
+    assert [(r["variant"], r["context"]) for r in rows] == [({}, 6), ({}, 3), ({"attn_splits": 4}, 6),
+                                                            ({"attn_splits": 4}, 3)]
     assert all(r["ok"] and r["same_token_as_eager"] and r["rel_err_vs_eager"] < 1e-5 for r in rows)
-    assert rows[0]["rel_err_vs_first_variant"] == 0.0 and rows[1]["rel_err_vs_first_variant"] < 1e-5
-    assert rows[1]["tasks"] > rows[0]["tasks"]            # more attention splits, more tasks
-    assert res["passed"] and len(text.strip().splitlines()) == 2 and "vs eager" in text
+    assert rows[0]["rel_err_vs_first_variant"] == 0.0 and rows[2]["rel_err_vs_first_variant"] < 1e-5
+    assert rows[2]["tasks"] > rows[0]["tasks"]            # more attention splits, more tasks
+    assert res["passed"] and len(text.strip().splitlines()) == 4 and "vs eager" in text
 
 
 def test_variants_are_parsed_and_checked():

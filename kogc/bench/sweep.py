@@ -98,7 +98,8 @@ def run_sweep(model_file: str, preset: str | None, variants: str, contexts: list
     fills = {c: [torch.randn(buf[:, :, :c].shape, generator=gen).to(buf.dtype) for _, buf in caches] for c in contexts}
 
     def set_cache(context, module=None):     # these contents up to `context`, zeros after (the model's caches,
-        bufs = dict(module.named_buffers()) if module is not None else dict(caches)   # or a copy's)
+        # or a copy's), found by name: moving a module to a device and back replaces its buffers' tensors
+        bufs = dict((model if module is None else module).named_buffers())
         for (name, _), vals in zip(caches, fills[context]):
             buf = bufs[name]
             buf.zero_()
