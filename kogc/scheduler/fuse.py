@@ -60,16 +60,23 @@ def _linear_form(n: Node, by: dict[str, Node]) -> list[Term] | None:
     return None
 
 
-def _norm_input(n: Node, by: dict[str, Node]) -> tuple[str, str, float] | None:
-    """x = rmsnorm(h) * g with g a weight: (h, g, eps)."""
+def _scaled_norm(n: Node, by: dict[str, Node]) -> tuple[Node, Node] | None:
+    """n = rmsnorm(h) * g with g a weight: (the rmsnorm, g), or None."""
     if n.op is not Op.MUL:
         return None
     a, b = (by[i] for i in n.inputs)
     if a.op is Op.PARAM:
         a, b = b, a
-    if a.op is Op.RMSNORM and b.op is Op.PARAM and not a.attrs.get("group"):
-        return a.inputs[0], b.name, a.attrs["eps"]
-    return None
+    return (a, b) if a.op is Op.RMSNORM and b.op is Op.PARAM else None
+
+
+def _norm_input(n: Node, by: dict[str, Node]) -> tuple[str, str, float] | None:
+    """x = rmsnorm(h) * g over the whole vector, g a weight: (h, g, eps)."""
+    scaled = _scaled_norm(n, by)
+    if scaled is None or scaled[0].attrs.get("group"):
+        return None
+    norm, g = scaled
+    return norm.inputs[0], g.name, norm.attrs["eps"]
 
 
 def fuse(graph: Graph, cfg=None) -> list[FusedOp]:
@@ -144,14 +151,11 @@ def _head_norm_input(rope: Node, by: dict[str, Node]):
     """RoPE's input = rmsnorm over each of its heads of a stored x, times a per-head scale (Qwen3's q_norm /
     k_norm): (x, g, eps, the norm, the mul), or None."""
     n = by[rope.inputs[0]]
-    if n.op is not Op.MUL:
+    scaled = _scaled_norm(n, by)
+    if scaled is None or scaled[0].attrs.get("group") != rope.attrs["head_dim"]:
         return None
-    a, b = (by[i] for i in n.inputs)
-    if a.op is Op.PARAM:
-        a, b = b, a
-    if a.op is Op.RMSNORM and a.attrs.get("group") == rope.attrs["head_dim"] and b.op is Op.PARAM:
-        return a.inputs[0], b.name, a.attrs["eps"], a, n
-    return None
+    norm, g = scaled
+    return norm.inputs[0], g.name, norm.attrs["eps"], norm, n
 
 
 def _form_nodes(n: Node, by) -> list[str]:

@@ -256,7 +256,7 @@ def _tile_matvec(op, by, lay, val, new, cfg, es, lanes_of, sent=(), recv_slot=No
     term = terms[0] if terms else None
     variant = ("matvec", rows * stacked, K, pro, epi, hd) + variant_extra + (op.lanes,)
     # Triton's ranges are powers of two: K is held in KP lanes, the rest masked (KP is written out before a
-    # bias flag, which the kernel reads by the variant's length)
+    # bias flag: the kernel reads KP at index 9 whenever the variant is longer)
     if not is_pow2(K) or p["bias"]:
         variant += (next_pow2(K),)
     if p["bias"]:
