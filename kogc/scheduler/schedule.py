@@ -204,12 +204,12 @@ def build_schedule(graph: Graph, target: Target, placement: str = "parallel",
     else:
         raise ValueError(f"unknown placement {placement!r} (parallel | sequential)")
     timings["place"] = time.perf_counter() - t0
-    # after placement, which orders tasks by the same dependencies either way
-    share_lane_events(tasks, events)
     if prune and placement == "parallel":
         t0 = time.perf_counter()
         prune_by_program_order(tasks, events, queues)
         timings["prune"] = time.perf_counter() - t0
+    # on the waits left (placement orders tasks by the same dependencies either way)
+    share_lane_events(tasks, events)
     if check:
         t0 = time.perf_counter()
         check_schedule(tasks, events, queues)
