@@ -12,8 +12,8 @@ from .errors import KogcError
 
 
 def cmd_compile(args) -> int:
-    from .frontend import decode_step, to_ir, written_for_kogc
-    from .frontend.model_file import build_model
+    from .frontend import to_ir
+    from .frontend.model_file import build_for_tracing
     from .ir import to_json, to_text
     from .targets import get_target
 
@@ -30,13 +30,7 @@ def cmd_compile(args) -> int:
     t0 = time.perf_counter()
     total = 2 if args.emit in ("ir", "ir-json") else (5 + args.per_variant if args.out else 3)
     overrides = model_overrides(args)
-    # Shapes are all a model written for kogc needs: built on the meta device unless a checkpoint is
-    # given. Another model's position tables and masks are evaluated while it is captured: on the CPU.
-    model = build_model(args.model_file, preset=args.config, checkpoint=args.checkpoint,
-                        device="cpu" if args.checkpoint else "meta", seed=None, **overrides)
-    if not written_for_kogc(decode_step(model)) and any(t.is_meta for t in model.buffers()):
-        model = build_model(args.model_file, preset=args.config, checkpoint=args.checkpoint, device="cpu", seed=None,
-                            **overrides)
+    model = build_for_tracing(args.model_file, preset=args.config, checkpoint=args.checkpoint, **overrides)
     graph = to_ir(model)
     graph.meta["target"] = target.name
     _progress(1, total, f"traced {args.model_file}", t0)

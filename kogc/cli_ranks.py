@@ -69,11 +69,10 @@ def start_ranks(args):
     if args.one_gpu or getattr(args, "interpret", False):
         return None
     from .frontend import to_ir
-    from .frontend.model_file import build_model
+    from .frontend.model_file import build_for_tracing
     from .ir.shard import check_shardable
-    model = build_model(args.model_file, preset=None if args.checkpoint else args.config, checkpoint=args.checkpoint,
-                        device="meta" if not args.checkpoint else "cpu", seed=None,
-                        **({"num_lanes": args.lanes} if args.lanes else {}))
+    model = build_for_tracing(args.model_file, preset=None if args.checkpoint else args.config,
+                              checkpoint=args.checkpoint, **({"num_lanes": args.lanes} if args.lanes else {}))
     check_shardable(to_ir(model), args.gpus)
     distributed.check_gpus(args.gpus)
     return distributed.relaunch(args.gpus, args.argv)
@@ -82,7 +81,7 @@ def cmd_predict(args) -> int:
     from .analysis.ranks import predict
     from .api import tile_config_for
     from .frontend import to_ir
-    from .frontend.model_file import build_model
+    from .frontend.model_file import build_for_tracing
     from .targets import get_target
     try:
         target = get_target(args.target)
@@ -90,9 +89,8 @@ def cmd_predict(args) -> int:
         return _fail(e.args[0])
     gpus = _ints(args.gpus, "--gpus")
     t0 = time.perf_counter()
-    model = build_model(args.model_file, preset=None if args.checkpoint else args.config, checkpoint=args.checkpoint,
-                        device="cpu" if args.checkpoint else "meta", seed=None,
-                        **({"num_lanes": args.lanes} if args.lanes else {}))
+    model = build_for_tracing(args.model_file, preset=None if args.checkpoint else args.config,
+                              checkpoint=args.checkpoint, **({"num_lanes": args.lanes} if args.lanes else {}))
     graph = to_ir(model)
     cfg = tile_config_for(model, target, _tile_config(args.tile_config), weights=args.weights)
     rows = predict(graph, target, cfg, gpus, args.local_us, args.remote_us, args.measured_ms,

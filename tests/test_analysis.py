@@ -212,3 +212,16 @@ def test_analyze_reads_files_without_a_record(stamps_file, tmp_path, capsys):
     np.savez_compressed(bare, ids=ids, ts=ts)
     assert main(["analyze", "chain", str(bare), MODEL_FILE, "--config", "tiny", "--programs", "4"]) == 0
     assert "the chain at 1 us per hop" in capsys.readouterr().out
+
+
+def test_the_schedule_of_an_ordinary_model_is_built_again(parallel):
+    # a model that is not written for kogc is captured with its position tables evaluated (on the CPU, not
+    # the meta device): `kogc analyze` rebuilds a profiled Llama's schedule as `kogc compile` builds it
+    import os
+
+    from conftest import EXAMPLES
+    llama = os.path.join(EXAMPLES, "llama.py")
+    s = schedule_for({"model_file": llama, "config": "tiny", "target": "h200", "num_programs": 8,
+                      "overrides": {"max_len": 64}})
+    assert len(s.queues) == 8 and any(t.kind == "attention" for t in s.tasks)
+    assert schedule_for({**META, "num_programs": 8, "overrides": {"num_lanes": 2}}).queues == parallel.queues

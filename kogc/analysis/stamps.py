@@ -64,7 +64,7 @@ def schedule_for(meta: dict, model_file: str | None = None, preset: str | None =
     """The schedule a stamps file was taken with: what the arguments give, else what its meta says,
     else the defaults (the example model, laneformer-2b, h200, the target's programs, TileConfig())."""
     from ..frontend import to_ir
-    from ..frontend.model_file import build_model
+    from ..frontend.model_file import build_for_tracing
     from ..scheduler import TileConfig, build_schedule
     from ..scheduler.tile import tile_config_from_json
     from ..targets import get_target
@@ -86,8 +86,7 @@ def schedule_for(meta: dict, model_file: str | None = None, preset: str | None =
         tgt = get_target(target or meta.get("target") or "h200")
     except KeyError as e:
         raise KogcError(e.args[0]) from None
-    model = build_model(model_file, preset=preset, checkpoint=checkpoint,
-                        device="cpu" if checkpoint else "meta", seed=None, **overrides)
+    model = build_for_tracing(model_file, preset=preset, checkpoint=checkpoint, **overrides)
     from ..api import tile_config_for
     cfg = tile_config_for(model, tgt, cfg)   # placed as kogc.compile places it (a recorded kind_us is kept)
     return build_schedule(to_ir(model), tgt, "parallel", cfg, num_programs=num_programs or meta.get("num_programs"))

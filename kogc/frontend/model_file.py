@@ -42,6 +42,19 @@ def is_transformers_dir(path: str | None) -> bool:
     return bool(path) and (os.path.isdir(path) or path.endswith(".gguf"))
 
 
+def build_for_tracing(path: str | None, preset: str | None = None, checkpoint: str | None = None,
+                      **overrides) -> torch.nn.Module:
+    """The model of `path` to capture only (its IR and schedule, no weights' values): on the meta device
+    where shapes are all it needs (a model written for kogc), on the CPU where its position tables and masks
+    are evaluated while it is captured (any other model) or where a checkpoint gives its weights."""
+    from . import decode_step, written_for_kogc
+    model = build_model(path, preset=preset, checkpoint=checkpoint, device="cpu" if checkpoint else "meta",
+                        seed=None, **overrides)
+    if not written_for_kogc(decode_step(model)) and any(t.is_meta for t in model.buffers()):
+        model = build_model(path, preset=preset, checkpoint=checkpoint, device="cpu", seed=None, **overrides)
+    return model
+
+
 def build_model(path: str | None, preset: str | None = None, checkpoint: str | None = None, device: str = "cpu",
                 dtype: torch.dtype | None = None, seed: int | None = 0, model_dir: str | None = None,
                 max_len: int | None = None, **overrides) -> torch.nn.Module:
