@@ -67,7 +67,7 @@ def test_real_parallel_schedule_passes_check(graphs, lanes, num_programs):
     assert s.est_seconds > 0
     # Every event's producers publish to it, and every wait needs the whole event.
     for e in s.events:
-        assert all(s.tasks[tid].group == e.id for tid in e.tasks)
+        assert all(e.id in (s.tasks[tid].group, s.tasks[tid].publish_too) for tid in e.tasks)
     for t in s.tasks:
         for g, need in t.waits:
             assert need == s.events[g].need
@@ -419,7 +419,42 @@ def test_merged_events_are_sound_and_fewer(graphs, lanes):
     assert sum(len(t.waits) for t in s.tasks) < sum(len(t.waits) for t in plain)
     assert all(len(t.waits) <= 1 for t in s.tasks if t.kind == "attention")     # (0: pruned by program order)
     for e in s.events:                     # every producer publishes to its event; needs add up
-        assert all(s.tasks[tid].group == e.id for tid in e.tasks)
-    assert sorted(tid for e in s.events for tid in e.tasks) == list(range(len(s.tasks)))
+        assert all(e.id in (s.tasks[tid].group, s.tasks[tid].publish_too) for tid in e.tasks)
+    assert sorted(tid for e in s.events for tid in e.tasks if s.tasks[tid].group == e.id) == list(range(len(s.tasks)))
     for t in s.tasks:
         assert all(need == s.events[g].need and g != t.group for g, need in t.waits)
+
+
+@pytest.mark.parametrize("placement", ["parallel", "sequential"])
+def test_waits_on_other_lanes_of_one_op_share_one_event(graphs, placement):
+    # a Laneformer residual adds the other lanes' delayed terms: its task waited on one event per lane
+    # of the op that wrote them; it now waits once, on that op's event over all lanes, which every
+    # producer publishes to as well (the table's fifth header slot)
+    from kogc.scheduler.deps import merge_events
+    from kogc.scheduler.fuse import fuse
+    from kogc.scheduler.schedule import HEADER
+    from kogc.scheduler.tile import tile
+    g = graphs(4)
+    plain, _ = tile(g, fuse(g, CFG), CFG)
+    before = merge_events(plain, derive(plain))
+    per_lane_waits = max(sum(1 for h, _ in t.waits if before[h].name.startswith(op + "/lane")) for t in plain
+                         for op in {before[h].name.split("/lane")[0] for h, _ in t.waits})
+    assert per_lane_waits >= 3                       # the other 3 lanes' terms
+    s = build_schedule(g, H200, placement, CFG, num_programs=8, prune=False)
+    shared = [e for e in s.events if e.name.endswith("/all lanes")]
+    assert shared and s.publishes_twice and s.header == HEADER + 1
+    for e in shared:
+        assert {s.tasks[i].lane for i in e.tasks} == {0, 1, 2, 3}
+        assert all(s.tasks[i].publish_too == e.id for i in e.tasks)
+    for t in s.tasks:           # no task waits on two lanes' events of one op any more
+        ops = [s.events[h].name.split("/lane")[0] for h, _ in t.waits if "/lane" in s.events[h].name]
+        assert len(ops) == len(set(ops))
+    assert sum(len(t.waits) for t in s.tasks) < sum(len(t.waits) for t in plain)
+    table, _ = s.table()
+    for p, q in enumerate(s.queues):
+        for i, tid in enumerate(q):
+            assert table[p, i, 4] == s.tasks[tid].publish_too
+    check_schedule(s.tasks, s.events, s.queues)
+    # one lane: nothing to share, the table keeps its four-slot header
+    one = build_schedule(graphs(1), H200, placement, CFG, num_programs=8)
+    assert not one.publishes_twice and one.header == HEADER

@@ -11,7 +11,6 @@ from ..scheduler import Schedule
 from ..scheduler.tasks import stream_layout
 from ..scheduler.tile import next_pow2
 from ..scheduler import tasks as T
-from ..scheduler.schedule import HEADER
 
 KERNEL_NAME = "kogc_monokernel"
 _ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(os.path.join(os.path.dirname(__file__), "templates")),
@@ -34,7 +33,7 @@ def render(schedule: Schedule, kernel_name: str = KERNEL_NAME, interpret: bool =
         model=schedule.graph.meta.get("model", "model"), target=schedule.target.name,
         num_programs=schedule.num_programs, num_tasks=len(schedule.tasks), variants=schedule.variants,
         dispatch_variants=dispatch,
-        nargs=T.NARGS, header=HEADER, A=ARG_NAMES, kernel_name=kernel_name, timer_asm=schedule.target.timer_asm,
+        nargs=T.NARGS, header=schedule.header, publish_twice=schedule.publishes_twice, A=ARG_NAMES, kernel_name=kernel_name, timer_asm=schedule.target.timer_asm,
         walign=weight_alignment(schedule), aalign=activation_alignment(schedule),
         kalign=attention_alignment(schedule), valign=vector_alignment(schedule),
         ralign=residual_alignment(schedule), halign=head_norm_alignment(schedule),

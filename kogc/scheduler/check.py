@@ -17,7 +17,8 @@ from .tasks import Task
 
 def check_schedule(tasks: list[Task], events: list[Event], queues: list[list[int]],
                    also: dict[int, list[int]] | None = None) -> None:
-    """`also`: events a task publishes besides its own group (a send to several ranks' counters)."""
+    """`also`: events a task publishes besides its own group and its `publish_too` (a send to several ranks'
+    counters)."""
     _simulate(tasks, events, queues, prune=False, also=also)
 
 
@@ -65,7 +66,7 @@ def _simulate(tasks: list[Task], events: list[Event], queues: list[list[int]], p
     if prune:   # per event and program: how many of that queue's tasks must be done (slot + 1)
         need_vec = np.zeros((len(events), P), dtype=np.int64)
         for t in tasks:
-            for g in (t.group, *also.get(t.id, ())):
+            for g in _publishes(t, also):
                 need_vec[g, prog[t.id]] = max(need_vec[g, prog[t.id]], slot[t.id] + 1)
     dropped = 0
     while runnable:
@@ -101,7 +102,7 @@ def _simulate(tasks: list[Task], events: list[Event], queues: list[list[int]], p
             head[p] += 1
             if order is not None:
                 order.append(t.id)
-            for g in (t.group, *also.get(t.id, ())):
+            for g in _publishes(t, also):
                 np.maximum(vc_event[g], vc, out=vc_event[g])
                 count[g] += 1
                 if count[g] == events[g].need:
@@ -115,6 +116,11 @@ def _simulate(tasks: list[Task], events: list[Event], queues: list[list[int]], p
         raise SchedulerError(f"deadlock: {where} waiting on event {g} ({events[g].name}) for {n} tasks, only "
                              f"{count[g]} can ever finish; {len(stuck)} programs stuck")
     return dropped
+
+
+def _publishes(t: Task, also: dict[int, list[int]]) -> tuple[int, ...]:
+    """The events task t counts on: its group, a shared lane event (kogc.scheduler.deps), and `also`'s."""
+    return (t.group, *also.get(t.id, ())) + ((t.publish_too,) if t.publish_too >= 0 else ())
 
 
 def check_step_closure(schedule) -> None:

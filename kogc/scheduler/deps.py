@@ -143,3 +143,60 @@ def merge_events(tasks: list[Task], events: list[Event]) -> list[Event]:
         t.waits = list(waits.items())
     return merged
 
+
+
+def share_lane_events(tasks: list[Task], events: list[Event]) -> None:
+    """A task that waits on two or more lanes' events of one op (a Laneformer residual adding the other
+    lanes' delayed terms: W2 waited on 7 such events, one acquire round trip each, 3-5 us on the chain
+    of laneformer-0.5b) waits instead on one event of that op over all its lanes, which every producer
+    also publishes to. Only where every lane's event the task did not wait on is its ancestor (through
+    the exact producers, Task.deps): the shared event then adds no dependency. Run after the pruning by
+    program order, on the waits that are left: a shared event is known complete wherever the lane events
+    it replaces were, so the waits pruned later stay implied. Appends those events and sets each
+    producer's `publish_too` (which the soundness check and the pruning count too)."""
+    ancestors = [0] * len(events)      # per event: the events complete whenever it is
+    reach: dict[int, int] = {}         # per distinct producer list (tasks that read alike share one)
+    for t in tasks:                    # in task order: every producer comes before its consumers
+        key = id(t.deps)
+        if key not in reach:
+            r = 0
+            for g in {tasks[d].group for d in t.deps}:
+                r |= (1 << g) | ancestors[g]
+            reach[key] = r
+        ancestors[t.group] |= reach[key]
+    lane_events: dict[str, dict[int, int]] = {}        # an event's producing op(s) -> lane -> event
+    for e in events:
+        lanes = {tasks[i].lane for i in e.tasks}
+        if e.remote == 0 and len(lanes) == 1 and min(lanes) >= 0:
+            lane_events.setdefault(_ops_of(tasks, e), {})[min(lanes)] = e.id
+    lane_events = {k: v for k, v in lane_events.items() if len(v) > 1}
+    shared: dict[str, int] = {}
+    for t in tasks:
+        if len(t.waits) < 2:
+            continue
+        by_op: dict[str, list[int]] = {}
+        for g, _ in t.waits:
+            key = _ops_of(tasks, events[g])
+            if key in lane_events and t.op not in key.split("+"):
+                by_op.setdefault(key, []).append(g)
+        into: dict[int, int] = {}      # a lane's event -> the shared event replacing it
+        for key, gs in by_op.items():
+            rest = set(lane_events[key].values()) - set(gs)
+            if len(gs) < 2 or any(not (reach[id(t.deps)] >> g) & 1 for g in rest):
+                continue
+            if key not in shared:
+                e = Event(len(events), f"{key}/all lanes",
+                          sorted(i for g in lane_events[key].values() for i in events[g].tasks))
+                events.append(e)
+                shared[key] = e.id
+                for i in e.tasks:
+                    tasks[i].publish_too = e.id
+            into.update((g, shared[key]) for g in gs)
+        if into:       # in the place of the first of them (waits run in order: long-complete ones first)
+            kept = list(dict.fromkeys(into.get(g, g) for g, _ in t.waits))
+            t.waits = [(g, events[g].need) for g in kept]
+
+
+def _ops_of(tasks: list[Task], e: Event) -> str:
+    """The op(s) an event's producers belong to (several after merge_events), as one key."""
+    return "+".join(sorted({tasks[i].op for i in e.tasks}))

@@ -149,6 +149,7 @@ class _Combined:
                                if any(a.arena == "f32" and a.start < hi and lo < a.end for a in t.reads) for d in ids]
                 self.tasks[to + t.id] = dataclasses.replace(
                     t, id=to + t.id, group=eo + t.group, waits=[(eo + g, n) for g, n in t.waits],
+                    publish_too=eo + t.publish_too if t.publish_too >= 0 else -1,
                     deps=[to + d for d in t.deps] + remote_deps, op=f"rank{r}:{t.op}")
             self.queues += [[to + t for t in q] for q in s.queues]
 

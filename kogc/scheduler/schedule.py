@@ -14,13 +14,14 @@ from ..ir.graph import Graph
 from ..targets import Target
 from .check import check_schedule, check_step_closure, prune_by_program_order
 from .config import TileConfig, attention_splits, validate
-from .deps import Event, derive, merge_events
+from .deps import Event, derive, merge_events, share_lane_events
 from .fuse import FusedOp, fuse
 from .place import bytes_model_seconds, die_edge_share, place_parallel, place_sequential
 from .tasks import NARGS, REMOTE_BIT, Exchange, Task
 from .tile import ESIZE, Layout, tile
 
-HEADER = 4          # table row: variant, lane, publish event, number of waits; then args, then waits
+HEADER = 4          # table row: variant, lane, publish event, number of waits, [a second event it publishes
+                    # to, in schedules with shared lane events: `header`]; then args, then waits
 
 
 @dataclass
@@ -83,9 +84,19 @@ class Schedule:
     def max_waits(self) -> int:
         return max((len(t.waits) for t in self.tasks), default=0)
 
+    @cached_property
+    def publishes_twice(self) -> bool:
+        """Some task also publishes to a shared lane event (kogc.scheduler.deps.share_lane_events)."""
+        return any(t.publish_too in self.published for t in self.tasks)
+
+    @property
+    def header(self) -> int:
+        """The table row's header: the second event's slot only where some task publishes twice."""
+        return HEADER + self.publishes_twice
+
     @property
     def row_width(self) -> int:
-        return HEADER + NARGS + 2 * max(self.max_waits, 1)
+        return self.header + NARGS + 2 * max(self.max_waits, 1)
 
     def table(self) -> tuple[np.ndarray, np.ndarray]:
         """The int32 task table [programs, max queue length, row] and each queue's length."""
@@ -95,7 +106,10 @@ class Schedule:
         for p, q in enumerate(self.queues):
             for i, tid in enumerate(q):
                 t = self.tasks[tid]
-                row = [vid[t.variant], t.lane, t.group if t.group in self.published else -1, len(t.waits)] + t.args
+                row = [vid[t.variant], t.lane, t.group if t.group in self.published else -1, len(t.waits)]
+                if self.publishes_twice:
+                    row.append(t.publish_too if t.publish_too in self.published else -1)
+                row += t.args
                 for g, need in t.waits:
                     row += [g if self.first_remote is None or g < self.first_remote else g + REMOTE_BIT, need]
                 table[p, i, :len(row)] = row
@@ -155,7 +169,8 @@ class Schedule:
             "events": [{"id": e.id, "name": e.name, "need": e.need, "remote": e.remote} for e in self.events],
             "queues": self.queues,
             "tasks": [{"id": t.id, "variant": self.variants.index(t.variant), "op": t.op, "lane": t.lane,
-                       "layer": t.layer, "args": t.args, "publish": t.group, "waits": t.waits,
+                       "layer": t.layer, "args": t.args, "publish": t.group,
+                       "publish_too": t.publish_too, "waits": t.waits,
                        "weight": None if t.weight is None else [t.weight.param, t.weight.lane, t.weight.row0,
                                                                  t.weight.rows, t.weight.cols, t.weight.esize,
                                                                  t.weight.scaled, t.weight.up],
@@ -193,6 +208,8 @@ def build_schedule(graph: Graph, target: Target, placement: str = "parallel",
         t0 = time.perf_counter()
         prune_by_program_order(tasks, events, queues)
         timings["prune"] = time.perf_counter() - t0
+    # on the waits left (placement orders tasks by the same dependencies either way)
+    share_lane_events(tasks, events)
     if check:
         t0 = time.perf_counter()
         check_schedule(tasks, events, queues)

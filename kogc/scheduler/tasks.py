@@ -112,6 +112,7 @@ class Task:
     group: int = -1                 # the event it publishes to
     waits: list[tuple[int, int]] = field(default_factory=list)   # (event, tasks needed per step)
     deps: list[int] = field(default_factory=list)                # exact producers the waits must cover
+    publish_too: int = -1           # a second event it publishes to (its op's event over all lanes), -1: none
 
     @property
     def kind(self) -> str:
