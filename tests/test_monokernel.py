@@ -217,3 +217,25 @@ def test_vector_alignment_divides_every_vector_region(overrides):
                     assert r.start % a == 0, (t.kind, r)
     if overrides.get("hidden_size") == 256:
         assert a >= 4          # (the residual blocks and vectors of 256 fp16 elements allow 16)
+
+
+@pytest.mark.parametrize("lanes,splits", [(1, 2), (2, 4)])
+def test_last_attention_split_combines(lanes, splits):
+    # attn_last_combines: the last split of each (lane, KV head) to finish (an arrival counter growing by
+    # the splits every step) combines the partials into o; Wo reads o with a plain prologue. Single
+    # steps equal eager, and a generation in one launch (the counters across steps) equals the step loop
+    cfg = dataclasses.replace(INTERPRETER_TILES, attn_last_combines=True, attn_splits=splits)
+    model = tiny(seed=61 + lanes, num_lanes=lanes, hidden_size=64)
+    for pos, logits, nxt, ir, ir_nxt, eager, eager_nxt in run_against_references(model, seed=3, tile_config=cfg):
+        assert rel_err(logits, eager) < 1e-5, f"pos {pos}"
+        assert nxt == eager_nxt
+    ck = kogc.compile(model, target="h200", tile_config=cfg)
+    kinds = {t.kind_key for t in ck.schedule.tasks}
+    assert "matvec/plain/residual" in kinds and not any("attn_combine" in k for k in kinds)
+    assert sum("last" in v for v in ck.schedule.variants if v[0] == "attention") == 1
+    loop, tok = [], 3
+    for pos in range(5):
+        _, tok = ck.step(tok, pos)
+        loop.append(int(tok))
+    ck2 = kogc.compile(model, target="h200", tile_config=cfg)
+    assert ck2.generate([3], 5) == loop

@@ -30,6 +30,9 @@ class TileConfig:
                                       # (kogc.api.tile_config_for), else bytes; {}: bytes only
     weights: str = "model"            # how matvec weights are stored: "model" (the model's dtype) or "fp8"
                                       # (E4M3, one fp32 scale per row: kogc.fp8; half the bytes of fp16)
+    attn_last_combines: bool = False  # the last attention split of a (lane, KV head) to finish (an arrival
+                                      # counter) combines the splits into o; the output projection reads o
+                                      # as a plain vector instead of each of its tasks combining them again
     mlp_pair_inputs: int = 1024       # W1 and W3 run as one task per (gate, up) row pair storing silu(gate) * up
                                       # where W2 would read at least this many inputs per row of its tile
                                       # (Llama-3.2-1B's 4096: -11%; laneformer-2b's 64: slower); 0: always
@@ -58,6 +61,8 @@ def validate(cfg: TileConfig, target=None) -> TileConfig:
         bad("lane_group_stagger", "must be a number >= 0")
     if not isinstance(cfg.place_latency_us, (int, float)) or cfg.place_latency_us < 0:
         bad("place_latency_us", "must be a number >= 0")
+    if not isinstance(cfg.attn_last_combines, bool):
+        bad("attn_last_combines", "must be true or false")
     if not isinstance(cfg.mlp_pair_inputs, int) or cfg.mlp_pair_inputs < 0:
         bad("mlp_pair_inputs", "must be a number of inputs >= 0")
     if cfg.weights not in WEIGHT_FORMATS:
@@ -99,6 +104,8 @@ def attention_splits(cfg: TileConfig, graph) -> TileConfig:
     0.91 ms with 16, 0.76 with 4; the Laneformer presets (256-512 wide per lane) keep 16."""
     if cfg.attn_splits:
         return cfg
+    if cfg.attn_last_combines:      # no consumer reads the partials: the splits cost only their own tasks
+        return dataclasses.replace(cfg, attn_splits=MAX_SPLITS)
     from ..ir.graph import Op
     widths = [n.type.shape[0] for n in graph.nodes if n.op is Op.ATTENTION]
     splits = MAX_SPLITS

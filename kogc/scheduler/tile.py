@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from ..ir.graph import Graph, Op
 from .config import TileConfig, attention_splits, tile_config_from_json  # noqa: F401 (re-exported)
 from .errors import SchedulerError
-from .fuse import (ALL, ATTN_COMBINE, OTHERS, OWN, RESIDUAL, ROPE_CACHE, ROPE_STORE, SILU_MUL, STORE_ARGMAX,
+from .fuse import (ALL, ATTN_COMBINE, OTHERS, OWN, PLAIN, RESIDUAL, ROPE_CACHE, ROPE_STORE, SILU_MUL, STORE_ARGMAX,
                    FusedOp, is_pow2)
 from .tasks import (A_BIAS, A_CACHE, A_EPS, A_H, A_KEYS, A_OUT, A_OWN_COEF, A_RECV, A_RECV_STRIDE, A_RES_OUT, A_ROW0,
                     A_SLOT, A_TERM, A_TERM_COEF, A_TERM_SEL, A_TERM_STRIDE, A_X, A_X2, NARGS, SELECT_CODES,
@@ -230,7 +230,7 @@ def _remote_term(a, term, by, lay, recv, r0) -> Region:
 def _tile_matvec(op, by, lay, val, new, cfg, es, lanes_of, sent=(), recv_slot=None):
     p = op.p
     N, K = p["n"], p["k"]
-    epi, pro = p["epilogue"], p["prologue"]
+    epi, pro = p["epilogue"], _prologue_kind(p, cfg)
     fp8 = cfg.weights == "fp8"
     wes = 1 if fp8 else es      # bytes per stored weight: an FP8 tile holds twice the rows of an fp16 one
     stacked = 2 if epi == SILU_MUL else 1   # weight rows per output row (a gated pair: `rows` (gate, up) pairs)
@@ -266,7 +266,7 @@ def _tile_matvec(op, by, lay, val, new, cfg, es, lanes_of, sent=(), recv_slot=No
     up = by[p["w2"]].attrs["name"] if stacked == 2 else ""
     lane0, shard_row0 = wnode.attrs.get("lane0", 0), wnode.attrs.get("row0", 0)   # one rank's lanes or rows
     for l in lanes_of(op):
-        x_reads, x_args = _prologue(op, by, lay, l, K)
+        x_reads, x_args = _prologue(op, by, lay, l, K, pro)
         for r0 in range(0, N, rows):
             a = _args(x_args)
             a[A_ROW0] = r0
@@ -301,9 +301,14 @@ def _tile_matvec(op, by, lay, val, new, cfg, es, lanes_of, sent=(), recv_slot=No
             new(variant, op, l, a, reads, writes, w, cost=w.nbytes + K * es)
 
 
-def _prologue(op, by, lay, l, K):
+def _prologue_kind(p, cfg) -> str:
+    """The prologue a matvec runs: the fused op's, except that where the last attention split combines
+    (attn_last_combines) the attention output arrives as o in the activations, read like any vector."""
+    return PLAIN if p["prologue"] == ATTN_COMBINE and cfg.attn_last_combines else p["prologue"]
+
+
+def _prologue(op, by, lay, l, K, pro):
     p = op.p
-    pro = p["prologue"]
     if pro == "rmsnorm":
         return [lay.region(p["x"], l, 0, K)], {A_X: lay.at(p["x"], l), A_X2: lay.at(p["g"], l),
                                                 A_EPS: f32_bits(p["eps"])}
@@ -329,6 +334,12 @@ def _tile_attention(op, by, lay, val, new, cfg, es, lanes_of):
     ns = cfg.attn_splits
     per_lane = ns * K + 2 * ns * nq
     lay.alloc(f"{op.node}.partials", "f32", per_lane, op.lanes)
+    last = cfg.attn_last_combines
+    if last:
+        # o itself, written by whichever split of its KV head finishes last (so every split declares the
+        # write: the consumer waits for all of them), and one arrival counter (int32) per KV head
+        val(op.node)
+        lay.alloc(f"{op.node}.arrivals", "f32", kv, op.lanes)
     ctx = min(cfg.cost_context, S)
     for l in lanes_of(op):
         pbase = lay.slots[f"{op.node}.partials"][1] + max(l, 0) * per_lane
@@ -344,7 +355,11 @@ def _tile_attention(op, by, lay, val, new, cfg, es, lanes_of):
                 m0 = pbase + ns * K + j * nq + kh * g
                 writes = [Region("f32", acc0, acc0 + g * hd), Region("f32", m0, m0 + g),
                           Region("f32", m0 + ns * nq, m0 + ns * nq + g)]
-                new(("attention", g, hd, ns, nq, block, impl), op, l, a, reads, writes,
+                if last:
+                    a[A_H] = lay.at(f"{op.node}.arrivals", l, kh)
+                    a[A_RES_OUT] = lay.at(op.node, l, kh * g * hd)
+                    writes.append(lay.region(op.node, l, kh * g * hd, (kh + 1) * g * hd))
+                new(("attention", g, hd, ns, nq, block, impl) + (("last",) if last else ()), op, l, a, reads, writes,
                     cost=2 * (ctx // ns) * hd * es)
 
 
