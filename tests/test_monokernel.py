@@ -221,10 +221,11 @@ def test_vector_alignment_divides_every_vector_region(overrides):
 
 @pytest.mark.parametrize("lanes,splits", [(1, 2), (2, 4)])
 def test_last_attention_split_combines(lanes, splits):
-    # attn_last_combines: the last split of each (lane, KV head) to finish (an arrival counter growing by
-    # the splits every step) combines the partials into o; Wo reads o with a plain prologue. Single
-    # steps equal eager, and a generation in one launch (the counters across steps) equals the step loop
-    cfg = dataclasses.replace(INTERPRETER_TILES, attn_last_combines=True, attn_splits=splits)
+    # attention wider than attn_combine_width (0 here): the last split of each (lane, KV head) to finish
+    # (an arrival counter growing by the splits every step) combines the partials into o; Wo reads o
+    # with a plain prologue. Single steps equal eager, and a generation in one launch (the counters
+    # across steps) equals the step loop
+    cfg = dataclasses.replace(INTERPRETER_TILES, attn_combine_width=0, attn_splits=splits)
     model = tiny(seed=61 + lanes, num_lanes=lanes, hidden_size=64)
     for pos, logits, nxt, ir, ir_nxt, eager, eager_nxt in run_against_references(model, seed=3, tile_config=cfg):
         assert rel_err(logits, eager) < 1e-5, f"pos {pos}"
@@ -239,3 +240,26 @@ def test_last_attention_split_combines(lanes, splits):
         loop.append(int(tok))
     ck2 = kogc.compile(model, target="h200", tile_config=cfg)
     assert ck2.generate([3], 5) == loop
+
+
+def test_who_combines_the_attention_splits():
+    # Wo's tasks combine the splits up to attn_combine_width per lane (16 splits, fewer where their
+    # partials would exceed a tile's bytes); wider, the last split combines and 16 splits stay
+    from kogc.analysis.phases import phase_of
+    from kogc.frontend import to_ir
+    from kogc.scheduler import SchedulerError, TileConfig, build_schedule
+    from kogc.scheduler.config import tile_config_from_json
+    from kogc.targets import H200
+    ir = to_ir(tiny(num_lanes=2, hidden_size=128))
+    width = next(n.type.shape[0] for n in ir.nodes if n.op.value == "attention")
+
+    def schedule(**cfg):
+        return build_schedule(ir, H200, "sequential", TileConfig(**cfg))
+    for cw, tile_bytes, want_last, want_splits in [(width, 32768, False, 16), (width, 4 * width * 4, False, 4),
+                                                   (width - 1, 4 * width * 4, True, 16)]:
+        s = schedule(attn_combine_width=cw, tile_bytes=tile_bytes)
+        att = [v for v in s.variants if v[0] == "attention"]
+        assert [("last" in v, v[3]) for v in att] == [(want_last, want_splits)]
+        assert {phase_of(s)(t) for t in s.tasks if t.kind == "matvec" and t.variant[4] == "residual"} >= {"Wo"}
+    with pytest.raises(SchedulerError, match="attn_combine_width"):
+        tile_config_from_json('{"attn_combine_width": 1024}')

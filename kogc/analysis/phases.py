@@ -28,10 +28,19 @@ TAIL_KINDS = ("final_norm", "matvec/plain/store_argmax", "argmax")   # the step'
 
 
 def phase_of(schedule):
-    """task -> its phase (or None): by kind, and a projection whose stored output a norm per head reads
-    (Qwen3's q and k, `matvec/rmsnorm/store` like W1/W3) in QKV."""
+    """task -> its phase (or None): by kind, a projection whose stored output a norm per head reads
+    (Qwen3's q and k, `matvec/rmsnorm/store` like W1/W3) in QKV, and the attention output's projection
+    in Wo whatever its prologue."""
     normed = {op.p["x"] for op in schedule.ops if op.kind == "head_norm"}
-    return lambda t: "QKV" if t.kind == "matvec" and t.op in normed else PHASE_OF.get(kind_key(t))
+    attn = {op.node for op in schedule.ops if op.kind == "attention"}
+    # the output projection reads o plainly where the last attention split combines (Wo, not W2)
+    wo = {op.node for op in schedule.ops if op.kind == "matvec" and op.p.get("x") in attn}
+
+    def phase(t):
+        if t.kind == "matvec" and t.op in normed:
+            return "QKV"
+        return "Wo" if t.kind == "matvec" and t.op in wo else PHASE_OF.get(kind_key(t))
+    return phase
 
 
 def layer_phases(schedule, ids: np.ndarray, ts: np.ndarray) -> list[dict]:

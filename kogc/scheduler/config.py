@@ -15,7 +15,8 @@ class TileConfig:
     each default is what it is, and which options were measured and removed)."""
     tile_bytes: int = 32 * 1024       # weight bytes per matvec task
     attn_splits: int = 0              # splits of the positions 0..pos per (lane, KV head), each cdiv(pos+1, splits);
-                                      # 0: attention_splits() (16 for the Laneformer presets, 4 for Llama-3.2-1B)
+                                      # 0: attention_splits() (16 for every preset; fewer only where Wo combines and
+                                      # 16 splits' partials exceed a tile)
     attn_block: int = 0               # positions per inner step of attention; 0: 64 with tl.dot, 16 with the
                                       # broadcast-product form (the best measured of 16/32/64 for each)
     elem_block: int = 2048            # rows per elementwise task
@@ -30,9 +31,10 @@ class TileConfig:
                                       # (kogc.api.tile_config_for), else bytes; {}: bytes only
     weights: str = "model"            # how matvec weights are stored: "model" (the model's dtype) or "fp8"
                                       # (E4M3, one fp32 scale per row: kogc.fp8; half the bytes of fp16)
-    attn_last_combines: bool = False  # the last attention split of a (lane, KV head) to finish (an arrival
-                                      # counter) combines the splits into o; the output projection reads o
-                                      # as a plain vector instead of each of its tasks combining them again
+    attn_combine_width: int = 512     # the widest attention output per lane whose splits each output-projection
+                                      # task combines in its prologue; wider, the last split of each KV head to
+                                      # finish combines them into o, read as a plain vector (Llama-3.2-1B's
+                                      # 2048: -7.8%; the Laneformer presets' 128-512 combining so: +3.5-5.7%)
     mlp_pair_inputs: int = 1024       # W1 and W3 run as one task per (gate, up) row pair storing silu(gate) * up
                                       # where W2 would read at least this many inputs per row of its tile
                                       # (Llama-3.2-1B's 4096: -11%; laneformer-2b's 64: slower); 0: always
@@ -61,8 +63,9 @@ def validate(cfg: TileConfig, target=None) -> TileConfig:
         bad("lane_group_stagger", "must be a number >= 0")
     if not isinstance(cfg.place_latency_us, (int, float)) or cfg.place_latency_us < 0:
         bad("place_latency_us", "must be a number >= 0")
-    if not isinstance(cfg.attn_last_combines, bool):
-        bad("attn_last_combines", "must be true or false")
+    if not isinstance(cfg.attn_combine_width, int) or not 0 <= cfg.attn_combine_width <= MAX_COMBINE_WIDTH:
+        bad("attn_combine_width", f"must be a width from 0 to {MAX_COMBINE_WIDTH} (wider combines in the output "
+            "projection's prologue do not fit the registers beside a weight tile)")
     if not isinstance(cfg.mlp_pair_inputs, int) or cfg.mlp_pair_inputs < 0:
         bad("mlp_pair_inputs", "must be a number of inputs >= 0")
     if cfg.weights not in WEIGHT_FORMATS:
@@ -93,21 +96,27 @@ def tile_config_from_json(text: str) -> TileConfig:
 
 
 MAX_SPLITS = 16
+MAX_COMBINE_WIDTH = 512
+
+
+def last_split_combines(cfg: TileConfig, width: int) -> bool:
+    """Whether the last attention split of a KV head combines the splits (an attention output `width`
+    wide per lane), rather than every task of the output projection in its prologue."""
+    return width > cfg.attn_combine_width
 
 
 def attention_splits(cfg: TileConfig, graph) -> TileConfig:
-    """`cfg` with attn_splits chosen for the model when it is 0: the most splits (at most 16) whose
-    partials the output projection's prologue combines in at most a weight tile's bytes (each of its
-    tasks reads splits x the lane's query width in fp32). Measured on the H200 at context 1024: for
-    Llama-3.2-1B's shapes (one lane, 2048 wide) 16 splits made every Wo task read 128 KB of partials
-    for a 32 KB tile: 2.42 ms per token, 4 splits 1.43 ms (2 and 1: 1.51, 1.63); SmolLM2's shapes
-    0.91 ms with 16, 0.76 with 4; the Laneformer presets (256-512 wide per lane) keep 16."""
+    """`cfg` with attn_splits chosen for the model when it is 0: 16, or where the output projection's
+    tasks combine the splits, the most (at most 16) whose partials they read within a weight tile's
+    bytes (splits x the lane's attention width in fp32). Measured on the H200 at context 1024, when
+    every model's Wo combined: Llama-3.2-1B's shapes (one lane, 2048 wide) 2.42 ms per token with 16
+    splits (128 KB of partials per 32 KB tile), 1.43 with 4 (2 and 1: 1.51, 1.63); SmolLM2's shapes
+    0.91 ms with 16, 0.76 with 4; the Laneformer presets (128-512 wide per lane) keep 16."""
     if cfg.attn_splits:
         return cfg
-    if cfg.attn_last_combines:      # no consumer reads the partials: the splits cost only their own tasks
-        return dataclasses.replace(cfg, attn_splits=MAX_SPLITS)
     from ..ir.graph import Op
-    widths = [n.type.shape[0] for n in graph.nodes if n.op is Op.ATTENTION]
+    widths = [w for w in (n.type.shape[0] for n in graph.nodes if n.op is Op.ATTENTION)
+              if not last_split_combines(cfg, w)]
     splits = MAX_SPLITS
     while widths and splits > 1 and splits * max(widths) * 4 > cfg.tile_bytes:
         splits //= 2

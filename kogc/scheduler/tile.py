@@ -11,7 +11,7 @@ import struct
 from dataclasses import dataclass, field
 
 from ..ir.graph import Graph, Op
-from .config import TileConfig, attention_splits, tile_config_from_json  # noqa: F401 (re-exported)
+from .config import TileConfig, attention_splits, last_split_combines, tile_config_from_json  # noqa: F401 (re-exported)
 from .errors import SchedulerError
 from .fuse import (ALL, ATTN_COMBINE, OTHERS, OWN, PLAIN, RESIDUAL, ROPE_CACHE, ROPE_STORE, SILU_MUL, STORE_ARGMAX,
                    FusedOp, is_pow2)
@@ -303,8 +303,8 @@ def _tile_matvec(op, by, lay, val, new, cfg, es, lanes_of, sent=(), recv_slot=No
 
 def _prologue_kind(p, cfg) -> str:
     """The prologue a matvec runs: the fused op's, except that where the last attention split combines
-    (attn_last_combines) the attention output arrives as o in the activations, read like any vector."""
-    return PLAIN if p["prologue"] == ATTN_COMBINE and cfg.attn_last_combines else p["prologue"]
+    (config.last_split_combines) the attention output arrives as o in the activations, a plain vector."""
+    return PLAIN if p["prologue"] == ATTN_COMBINE and last_split_combines(cfg, p["k"]) else p["prologue"]
 
 
 def _prologue(op, by, lay, l, K, pro):
@@ -334,7 +334,7 @@ def _tile_attention(op, by, lay, val, new, cfg, es, lanes_of):
     ns = cfg.attn_splits
     per_lane = ns * K + 2 * ns * nq
     lay.alloc(f"{op.node}.partials", "f32", per_lane, op.lanes)
-    last = cfg.attn_last_combines
+    last = last_split_combines(cfg, K)
     if last:
         # o itself, written by whichever split of its KV head finishes last (so every split declares the
         # write: the consumer waits for all of them), and one arrival counter (int32) per KV head
