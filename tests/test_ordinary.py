@@ -81,6 +81,18 @@ def test_gated_pairs_equal_eager():
     assert pair.up.endswith("w3.weight#lane") and pair.param.endswith("w1.weight#lane")
 
 
+def test_last_split_combines_equal_eager():
+    # attention wider than attn_combine_width (forced here; by default wider than 512, e.g. Llama-3.2-1B's
+    # 2048): the last of the splits of each KV head combines its 3 query heads into o, Wo reads o plainly
+    # (2 splits, both holding positions at step 3; 16 where attn_splits is 0)
+    from kogc.scheduler import TileConfig
+    cfg = TileConfig(attn_combine_width=0, attn_splits=2)
+    ck = assert_equals_eager(tiny_llama(seed=7), kernel_at=(0, 3), steps=4, tile_config=cfg)
+    att = [v for v in ck.schedule.variants if v[0] == "attention"]
+    assert [(v[1], v[3], "last" in v) for v in att] == [(3, 2, True)]
+    assert not any("attn_combine" in t.kind_key for t in ck.schedule.tasks)
+
+
 def test_cli_compiles_the_model_file(capsys):
     # (its RoPE table and mask are evaluated at compile time: built on the CPU, not the meta device)
     from kogc.cli import main
