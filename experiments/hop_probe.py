@@ -57,63 +57,50 @@ def _ld_relaxed(ptrs):
 
 
 @triton.jit
-def hop_counter(cnt, vec, stamps, bad, rounds, limit, N: tl.constexpr):
-    """vec: [2, N] 16-bit values (side 0's vector, then side 1's); cnt: two counters 32 words apart."""
+def _receive(cnt, vec, other, r, limit, n: tl.constexpr, LL: tl.constexpr):
+    """The other side's vector of round r as int64 payloads, and 1 (0: the wait gave up)."""
+    i = tl.arange(0, n)
+    if LL:      # poll the data itself until every word carries the round
+        words = _ld_relaxed(vec + other * n + i)
+        k = 0
+        while (tl.min(words >> 32, 0) < r + 1) & (k < limit):
+            words = _ld_relaxed(vec + other * n + i)
+            k += 1
+        return words & 0xFFFFFFFF, (k < limit).to(tl.int32)
+    else:       # the counter (acquire), then the data: the kernel's hop
+        ok = _acquire_at_least(cnt + 32 * other, r + 1, limit).to(tl.int32)
+        return tl.load(vec + other * n + i).to(tl.int64), ok
+
+
+@triton.jit
+def _send(cnt, vec, me, r, x, n: tl.constexpr, LL: tl.constexpr):
+    """x + 1 as this side's vector of round r."""
+    i = tl.arange(0, n)
+    if LL:      # payload and round in one 8-byte relaxed store: no fence, no counter
+        _st_relaxed(vec + me * n + i, ((r + 1).to(tl.int64) << 32) | ((x + 1) & 0xFFFFFFFF))
+    else:       # the data, then a barrier and a release add (the kernel's publish)
+        tl.store(vec + me * n + i, ((x + 1) & 0x7FFF).to(tl.int16))
+        tl.debug_barrier()
+        tl.atomic_add(cnt + 32 * me, 1, sem="release", scope="gpu")
+
+
+@triton.jit
+def hop(cnt, vec, stamps, bad, rounds, limit, N: tl.constexpr, LL: tl.constexpr):
+    """vec: [2, N] (side 0's vector, then side 1's): 16-bit values (counter hops), or int64 words of
+    (round << 32) | 4 bytes of payload (LL hops); cnt: two counters 32 words apart."""
     pid = tl.program_id(0)
     last = tl.num_programs(0) - 1
     if (pid == 0) | (pid == last):
         me = (pid == last).to(tl.int32)
-        other = 1 - me
-        i = tl.arange(0, N)
-        x = tl.zeros([N], tl.int32)
+        x = tl.zeros([N], tl.int64)
         ok = 1
         r = 0
         while (r < rounds) & (ok != 0):
             if me == 1:      # side 1 receives first
-                ok = _acquire_at_least(cnt + 32 * other, r + 1, limit).to(tl.int32)
-                x = tl.load(vec + other * N + i).to(tl.int32)
-            tl.store(vec + me * N + i, ((x + 1) & 0x7FFF).to(tl.int16))
-            tl.debug_barrier()
-            tl.atomic_add(cnt + 32 * me, 1, sem="release", scope="gpu")
+                x, ok = _receive(cnt, vec, 1 - me, r, limit, N, LL)
+            _send(cnt, vec, me, r, x, N, LL)
             if me == 0:
-                ok = _acquire_at_least(cnt + 32 * other, r + 1, limit).to(tl.int32)
-                x = tl.load(vec + other * N + i).to(tl.int32)
-            tl.store(stamps + me * rounds + r, _now())
-            r += 1
-        if ok == 0:
-            tl.store(bad + me, r)
-
-
-@triton.jit
-def hop_ll(vec, stamps, bad, rounds, limit, W: tl.constexpr):
-    """vec: [2, W] int64 words, each (round << 32) | 4 bytes of payload (two fp16 values)."""
-    pid = tl.program_id(0)
-    last = tl.num_programs(0) - 1
-    if (pid == 0) | (pid == last):
-        me = (pid == last).to(tl.int32)
-        other = 1 - me
-        i = tl.arange(0, W)
-        payload = tl.zeros([W], tl.int64)
-        ok = 1
-        r = 0
-        while (r < rounds) & (ok != 0):
-            if me == 1:
-                words = _ld_relaxed(vec + other * W + i)
-                n = 0
-                while (tl.min(words >> 32, 0) < r + 1) & (n < limit):
-                    words = _ld_relaxed(vec + other * W + i)
-                    n += 1
-                ok = (n < limit).to(tl.int32)
-                payload = words & 0xFFFFFFFF
-            _st_relaxed(vec + me * W + i, ((r + 1).to(tl.int64) << 32) | ((payload + 1) & 0xFFFFFFFF))
-            if me == 0:
-                words = _ld_relaxed(vec + other * W + i)
-                n = 0
-                while (tl.min(words >> 32, 0) < r + 1) & (n < limit):
-                    words = _ld_relaxed(vec + other * W + i)
-                    n += 1
-                ok = (n < limit).to(tl.int32)
-                payload = words & 0xFFFFFFFF
+                x, ok = _receive(cnt, vec, 1 - me, r, limit, N, LL)
             tl.store(stamps + me * rounds + r, _now())
             r += 1
         if ok == 0:
@@ -136,24 +123,21 @@ def run(kind: str, n_fp16: int, rounds: int, grid: int) -> dict:
     for attempt in range(2):            # the first launch compiles and warms up
         stamps.zero_()
         bad.zero_()
-        if kind == "counter":
-            cnt = torch.zeros(64, dtype=torch.int32, device=dev)
-            vec = torch.zeros((2, n_fp16), dtype=torch.int16, device=dev)
-            hop_counter[(grid,)](cnt, vec, stamps, bad, rounds, LIMIT, N=n_fp16, num_warps=4,
-                                 launch_cooperative_grid=True)
-        else:
-            vec = torch.zeros((2, n_fp16 // 2), dtype=torch.int64, device=dev)
-            hop_ll[(grid,)](vec, stamps, bad, rounds, LIMIT, W=n_fp16 // 2, num_warps=4,
-                            launch_cooperative_grid=True)
+        ll = kind == "ll"
+        cnt = torch.zeros(64, dtype=torch.int32, device=dev)
+        vec = torch.zeros((2, n_fp16 // 2), dtype=torch.int64, device=dev) if ll else \
+            torch.zeros((2, n_fp16), dtype=torch.int16, device=dev)
+        hop[(grid,)](cnt, vec, stamps, bad, rounds, LIMIT, N=vec.shape[1], LL=ll, num_warps=4,
+                     launch_cooperative_grid=True)
         torch.cuda.synchronize()
     res = {"kind": kind, "bytes": 2 * n_fp16, "rounds": rounds, "gave_up_at_round": bad.tolist()}
     if bad.tolist() == [0, 0]:
         res.update(summarize(stamps.cpu(), rounds))
         # every hop added 1 to what it received: side 0's last vector holds 2 * rounds - 1 everywhere
-        if kind == "counter":
-            res["value_ok"] = bool((vec[0] == (2 * rounds - 1) & 0x7FFF).all())
-        else:
+        if ll:
             res["value_ok"] = bool(((vec[0] & 0xFFFFFFFF) == 2 * rounds - 1).all())
+        else:
+            res["value_ok"] = bool((vec[0] == (2 * rounds - 1) & 0x7FFF).all())
     return res
 
 

@@ -144,7 +144,6 @@ def merge_events(tasks: list[Task], events: list[Event]) -> list[Event]:
     return merged
 
 
-
 def share_lane_events(tasks: list[Task], events: list[Event]) -> None:
     """A task that waits on two or more lanes' events of one op (a Laneformer residual adding the other
     lanes' delayed terms: W2 waited on 7 such events, one acquire round trip each, 3-5 us on the chain
