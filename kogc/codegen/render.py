@@ -44,7 +44,7 @@ def render(schedule: Schedule, kernel_name: str = KERNEL_NAME, interpret: bool =
         npeer=schedule.ranks - 1, remote_bit=T.REMOTE_BIT,
         release_fence_asm="" if interpret else schedule.target.release_fence_asm,
         release_fence_sys_asm=schedule.target.release_fence_sys_asm,
-        volatile_loads=schedule.target.volatile_loads, combine_call=schedule.tile_config.combine_call)
+        volatile_loads=schedule.target.volatile_loads)
 
 
 def _pow2_divisor(values, cap: int = 16) -> int:

@@ -38,10 +38,6 @@ class TileConfig:
     mlp_pair_inputs: int = 1024       # W1 and W3 run as one task per (gate, up) row pair storing silu(gate) * up
                                       # where W2 would read at least this many inputs per row of its tile
                                       # (Llama-3.2-1B's 4096: -11%; laneformer-2b's 64: slower); 0: always
-    combine_call: bool = False        # the last split combines through _combine_splits (measured against the inlined form)
-    tail_tiles: bool = False          # a one-instance matvec (one lane, or the LM head) whose tiles end in a partial
-                                      # round of the programs cuts that round's tiles into smaller ones, up to one
-                                      # per program, so that the op's last tasks end together
 
 
 def _pow2(x) -> bool:
@@ -72,8 +68,6 @@ def validate(cfg: TileConfig, target=None) -> TileConfig:
             "projection's prologue do not fit the registers beside a weight tile)")
     if not isinstance(cfg.mlp_pair_inputs, int) or cfg.mlp_pair_inputs < 0:
         bad("mlp_pair_inputs", "must be a number of inputs >= 0")
-    if not isinstance(cfg.tail_tiles, bool):
-        bad("tail_tiles", "must be true or false")
     if cfg.weights not in WEIGHT_FORMATS:
         bad("weights", f"must be one of {', '.join(WEIGHT_FORMATS)}")
     if cfg.kind_us is not None:

@@ -60,7 +60,7 @@ def _rank_schedule(g: Graph, target: Target, placement: str, cfg: TileConfig, nu
     timings = {}
     t0 = time.perf_counter()
     ops = fuse(g, cfg)
-    tasks, layout, exchanges = tile_rank(g, ops, cfg, num_programs or target.num_programs)
+    tasks, layout, exchanges = tile_rank(g, ops, cfg)
     timings["tile"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     events = merge_events(tasks, derive(tasks))

@@ -187,8 +187,7 @@ def build_schedule(graph: Graph, target: Target, placement: str = "parallel",
     timings = {}
     t0 = time.perf_counter()
     ops = fuse(graph, cfg)
-    P = num_programs or target.num_programs
-    tasks, layout = tile(graph, ops, cfg, P)
+    tasks, layout = tile(graph, ops, cfg)
     timings["tile"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     # one counter for events the same tasks always wait on together (a lane's Q/K/V for attention,
@@ -200,6 +199,7 @@ def build_schedule(graph: Graph, target: Target, placement: str = "parallel",
     if placement == "sequential":
         queues = place_sequential(tasks)
     elif placement == "parallel":
+        P = num_programs or target.num_programs
         queues, est = place_tasks(tasks, events, target, cfg, P)
     else:
         raise ValueError(f"unknown placement {placement!r} (parallel | sequential)")

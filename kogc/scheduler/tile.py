@@ -49,15 +49,12 @@ class Layout:
         return Region(self.slots[name][0], self.at(name, lane, start), self.at(name, lane, end))
 
 
-def tile(graph: Graph, ops: list[FusedOp], cfg: TileConfig, programs: int = 0) -> tuple[list[Task], Layout]:
-    """Tasks and the buffers' layout; `programs` (the grid the tasks are placed on) is what tail tiles
-    (cfg.tail_tiles) cut the last partial round of an op's tiles for."""
-    tasks, lay, _ = tile_rank(graph, ops, cfg, programs)
+def tile(graph: Graph, ops: list[FusedOp], cfg: TileConfig) -> tuple[list[Task], Layout]:
+    tasks, lay, _ = tile_rank(graph, ops, cfg)
     return tasks, lay
 
 
-def tile_rank(graph: Graph, ops: list[FusedOp], cfg: TileConfig, programs: int = 0
-              ) -> tuple[list[Task], Layout, list[Exchange]]:
+def tile_rank(graph: Graph, ops: list[FusedOp], cfg: TileConfig) -> tuple[list[Task], Layout, list[Exchange]]:
     """`tile`, and for one rank of several (graph.meta["ranks"] > 1, kogc.ir.shard) the sums it
     receives from its peers: a residual's term over other or all lanes, the final norm's lane sum and
     the token's key. A sender is a task of this rank too (every rank runs the same tasks)."""
@@ -113,7 +110,7 @@ def tile_rank(graph: Graph, ops: list[FusedOp], cfg: TileConfig, programs: int =
                 args = _args({A_OUT: lay.at(p["out"], l)})
                 new(("embed", d), op, l, args, [], [lay.region(p["out"], l, 0, d)], cost=d * es)
         elif op.kind == "matvec":
-            _tile_matvec(op, by, lay, val, new, cfg, es, lanes_of, sent, recv_slot, programs)
+            _tile_matvec(op, by, lay, val, new, cfg, es, lanes_of, sent, recv_slot)
             if p["out"] in sent:
                 send(p["out"], op)
         elif op.kind == "attention":
@@ -230,14 +227,14 @@ def _remote_term(a, term, by, lay, recv, r0) -> Region:
     return Region("f32", off, off + size)
 
 
-def _tile_matvec(op, by, lay, val, new, cfg, es, lanes_of, sent=(), recv_slot=None, programs=0):
+def _tile_matvec(op, by, lay, val, new, cfg, es, lanes_of, sent=(), recv_slot=None):
     p = op.p
     N, K = p["n"], p["k"]
     epi, pro = p["epilogue"], _prologue_kind(p, cfg)
     fp8 = cfg.weights == "fp8"
     wes = 1 if fp8 else es      # bytes per stored weight: an FP8 tile holds twice the rows of an fp16 one
     stacked = 2 if epi == SILU_MUL else 1   # weight rows per output row (a gated pair: `rows` (gate, up) pairs)
-    tile_rows_ = _rows(N, K, wes, cfg.tile_bytes // stacked, p)
+    rows = _rows(N, K, wes, cfg.tile_bytes // stacked, p)
     if p["out"]:
         val(p["out"])
     if epi == RESIDUAL:
@@ -257,22 +254,20 @@ def _tile_matvec(op, by, lay, val, new, cfg, es, lanes_of, sent=(), recv_slot=No
     if len(terms) > 1:
         _too_many(op)
     term = terms[0] if terms else None
+    variant = ("matvec", rows * stacked, K, pro, epi, hd) + variant_extra + (op.lanes,)
     # Triton's ranges are powers of two: K is held in KP lanes, the rest masked (KP is written out before a
     # bias flag: the kernel reads KP at index 9 whenever the variant is longer)
-    tail = (next_pow2(K),) if not is_pow2(K) or p["bias"] else ()
+    if not is_pow2(K) or p["bias"]:
+        variant += (next_pow2(K),)
     if p["bias"]:
-        tail += ("bias",)
-
-    def variant(r):     # the kernel branch of a tile of r rows
-        return ("matvec", r * stacked, K, pro, epi, hd) + variant_extra + (op.lanes,) + tail
-    cut = programs if cfg.tail_tiles and op.lanes <= 1 and epi not in (ROPE_STORE, ROPE_CACHE, "cache") else 0
+        variant += ("bias",)
     wnode = by[p["w"]]
     wname = wnode.attrs["name"]
     up = by[p["w2"]].attrs["name"] if stacked == 2 else ""
     lane0, shard_row0 = wnode.attrs.get("lane0", 0), wnode.attrs.get("row0", 0)   # one rank's lanes or rows
     for l in lanes_of(op):
         x_reads, x_args = _prologue(op, by, lay, l, K, pro)
-        for r0, rows in row_tiles(N, tile_rows_, cut):
+        for r0 in range(0, N, rows):
             a = _args(x_args)
             a[A_ROW0] = r0
             if p["bias"]:
@@ -303,7 +298,7 @@ def _tile_matvec(op, by, lay, val, new, cfg, es, lanes_of, sent=(), recv_slot=No
                 a[A_ROW0] = shard_row0 + r0     # token ids are the whole vocabulary's
             w = WeightTile(wname, l + lane0 if wnode.type.lanes else -1, shard_row0 + r0, rows * stacked, K, wes, fp8,
                            up)
-            new(variant(rows), op, l, a, reads, writes, w, cost=w.nbytes + K * es)
+            new(variant, op, l, a, reads, writes, w, cost=w.nbytes + K * es)
 
 
 def _prologue_kind(p, cfg) -> str:
@@ -406,21 +401,6 @@ def tile_rows(N, K, es, tile_bytes) -> int:
     while rows * 2 * K * es <= tile_bytes and N % (rows * 2) == 0:
         rows *= 2
     return rows
-
-
-def row_tiles(N: int, rows: int, programs: int) -> list[tuple[int, int]]:
-    """(first row, rows) of each tile of N rows cut `rows` at a time; with `programs` > 0, the tiles past
-    the op's last whole round of that many programs are cut smaller (a power of two fewer rows, the
-    most pieces that still give each program at most one): 2,048 tiles on 396 programs end in a round of
-    68, which become 272 tiles of a quarter the rows, so that the op's last tasks end together."""
-    n = N // rows
-    whole = n - n % programs if programs else n
-    k = 1
-    if programs and n > programs:
-        while rows % (2 * k) == 0 and (n - whole) * 2 * k <= programs:
-            k *= 2
-    cut = [(r0, rows) for r0 in range(0, whole * rows, rows)]
-    return cut + [(r0, rows // k) for r0 in range(whole * rows, N, rows // k)]
 
 
 def _rows(N, K, es, tile_bytes, p) -> int:
