@@ -223,8 +223,8 @@ def test_trimmed_cache_baseline_is_the_same_function():
 def test_detail_profile_summary_and_kernel(tmp_path):
     # profile="detail": two more stamps per task (a matvec's operands arrived, its publish began; the
     # final norm's and the argmax's first operands); the summary splits those bodies into operands /
-    # compute / publish; other kinds record 0 there. The kernel with the extra stamps compiles for
-    # sm_90 with one more timer read per stamp site
+    # compute / publish; other kinds record 0 there. The kernel with the extra stamps (attention's too)
+    # compiles for sm_90 with one more timer read per stamp site
     import types
 
     import torch
@@ -255,7 +255,7 @@ def test_detail_profile_summary_and_kernel(tmp_path):
     assert "operands" in format_summary(summary)
     # (the kinds with detail stamps, one matvec variant of them: a smaller kernel to compile twice)
     kinds = [next(i for i, v in enumerate(schedule.variants) if v[0] == "matvec")] + [
-        i for i, v in enumerate(schedule.variants) if v[0] in ("final_norm", "argmax")]
+        i for i, v in enumerate(schedule.variants) if v[0] in ("final_norm", "argmax", "attention")]
     (tmp_path / "k.py").write_text(render(schedule, only_variant=tuple(kinds)))
     sig, consts = signature(schedule)
     ptx = {}
@@ -289,12 +289,14 @@ def test_detail_profile_splits_the_final_norms_second_load():
             s = 1_000_000 + i * 3000
             kind = schedule.tasks[tid].kind
             detail = kind in ("matvec", "final_norm", "argmax")
-            prof[p, i] = torch.tensor([s, s + 1000, s + 3000, s + 1500 if detail else 0, s + 2500 if detail else 0,
-                                       s + 1750 if kind == "final_norm" else 0])
+            second = kind in ("final_norm", "attention")     # attention: its blocks computed
+            prof[p, i] = torch.tensor([s, s + 1000, s + 3000, s + 1500 if detail or second else 0,
+                                       s + 2500 if detail or second else 0, s + 1750 if second else 0])
     summary = summarize(types.SimpleNamespace(schedule=schedule, buffers=types.SimpleNamespace(PROF=prof)))
-    assert summary["per_kind"]["final_norm"]["detail_us_mean"] == {
-        "operands": 0.5, "second_operands": 0.25, "compute": 0.75, "publish": 0.5}
+    for k in ("final_norm", "attention"):
+        assert summary["per_kind"][k]["detail_us_mean"] == {
+            "operands": 0.5, "second_operands": 0.25, "compute": 0.75, "publish": 0.5}
     mv = [v for k, v in summary["per_kind"].items() if k.startswith("matvec")]
     assert mv and all(v["detail_us_mean"] == {"operands": 0.5, "compute": 1.0, "publish": 0.5} for v in mv)
     text = format_summary(summary)
-    assert "2nd load" in text and "0.25" in text
+    assert "2nd load" in text and "0.25" in text and "(attention: operands = the query" in text

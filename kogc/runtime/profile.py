@@ -109,6 +109,10 @@ def format_summary(s: dict) -> str:
         for k, d in detail.items():
             second = f"{d['second_operands']:8.2f}" if "second_operands" in d else f"{'-':>8}"
             lines.append(f"{k:34} {d['operands']:9.2f} {second} {d['compute']:8.2f} {d['publish']:8.2f}")
+        if "attention" in detail:
+            lines.append("(attention: operands = the query and its first block of keys and values; 2nd load = the blocks' "
+                         "softmax and products; compute = the partials' stores and, where the last split combines, "
+                         "its arrival and the combine)")
     if "kind_us" in s:
         lines.append("placement with these body times: --tile-config '" + json.dumps({"kind_us": s["kind_us"]}) + "'")
     return "\n".join(lines)
