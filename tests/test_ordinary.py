@@ -182,6 +182,26 @@ def test_transformers_models_equal_eager(cls_name, cfg):
         assert rel_err(got, want) < 1e-5 and model.config.sliding_window == 4096
 
 
+def test_transformers_llama_is_the_model_files_kernel():
+    # a transformers Llama and the single-file Llama of the same shapes compile to one kernel: the same source
+    # (but for the model's name in its first line), the same variants, the same tasks per layer; only the order
+    # in which placement takes equal-ready tasks may differ. So the H200 figures of examples/llama.py's
+    # presets stand for the transformers models of those shapes
+    import collections
+
+    from kogc.codegen.render import render
+    from kogc.frontend import to_ir
+    from kogc.scheduler import build_schedule
+    from kogc.targets import H200
+    model = hf_model("LlamaForCausalLM", vocab_size=320, rms_norm_eps=1e-5, tie_word_embeddings=False)
+    compiled = []
+    for step in (kogc.frontend.decode_step(model, max_len=64), tiny_llama()):
+        s = build_schedule(to_ir(step), H200)
+        compiled.append(([line for line in render(s).splitlines() if not line.startswith("# Generated")], s.variants,
+                         collections.Counter((t.variant, t.layer) for t in s.tasks)))
+    assert compiled[0] == compiled[1]
+
+
 def test_biases_equal_eager():
     # Llama with every linear layer biased (attention_bias, mlp_bias): Q/K/V add theirs before RoPE and
     # the cache write, Wo and W2 store their rows for a residual task, W1/W3 are stored (no gated pair):
