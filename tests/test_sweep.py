@@ -80,3 +80,16 @@ def test_sweep_without_gpu_says_so(capsys):
         pytest.skip("this machine has a GPU")
     assert main(["sweep", "--config", "tiny"]) == 2
     assert capsys.readouterr().err.startswith("kogc: error: no GPU here")
+
+
+def test_sweep_row_says_when_the_chained_launches_do_not_repeat():
+    # the kernel is deterministic: 16 chained launches run twice from the same cache must give the same
+    # logits; a row whose two runs differ says so (and run_sweep marks it failed)
+    from kogc.bench.sweep import format_row
+    row = dict(variant={"tile_bytes": 16384}, num_programs=396, context=1024, ms_median=1.0, generate_ms_median=1.0,
+               tok_per_s=1000.0, of_floor=0.5, tasks=10, rel_err_vs_eager=1e-3, same_token_as_eager=True,
+               argmax_miss_vs_eager=None, rel_err_vs_first_variant=0.0, chain_rel_err_vs_first_variant=2e-3,
+               chain_repeat_rel_err=2e-3, ok=False)
+    assert "the same launches again: 2.0e-03, NOT REPRODUCED" in format_row(row) and "MISMATCH" in format_row(row)
+    row.update(chain_repeat_rel_err=0.0, ok=True)
+    assert "NOT REPRODUCED" not in format_row(row) and "MISMATCH" not in format_row(row)
