@@ -8,7 +8,6 @@ memory on 2 cores (the model is built for real: the RoPE tables are computed fro
 import collections
 import hashlib
 
-import numpy as np
 import torch
 import transformers
 

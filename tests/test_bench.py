@@ -163,7 +163,6 @@ def test_profile_splits_waits_into_blocked_and_notify():
     # ends, its waits end 0.5 us after the last producer it waits on (or its start, if later), its
     # body takes 2 us; the summary must recover the blocked and notify parts exactly
     import numpy as np
-    from conftest import lf
 
     from kogc.frontend import to_ir
     from kogc.runtime.profile import summarize_times, wait_split
@@ -228,7 +227,6 @@ def test_detail_profile_summary_and_kernel(tmp_path):
     import types
 
     import torch
-    from conftest import lf
 
     from kogc.codegen.aot import compile_kernel
     from kogc.codegen.render import KERNEL_NAME, render, signature
@@ -273,7 +271,6 @@ def test_detail_profile_splits_the_final_norms_second_load():
     import types
 
     import torch
-    from conftest import lf
 
     from kogc.frontend import to_ir
     from kogc.runtime.profile import format_summary, summarize

@@ -1,7 +1,5 @@
 """Delayed tensor parallelism under Triton's interpreter, part 2: eight ranks (one lane each) against
 eager and the IR reference, and generation (a second file: the suite spreads files over workers)."""
-import pytest
-
 import kogc
 from conftest import tiny
 from test_ranks import ONE_SPLIT, check_steps

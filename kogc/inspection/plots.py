@@ -214,7 +214,7 @@ def write_dot(G, path: list, title: str, out: str) -> None:
     """The graph as Graphviz DOT text (render it with `dot -Tsvg` where Graphviz is installed)."""
     on = set(zip(path, path[1:]))
     ids = {n: f"n{i}" for i, n in enumerate(G.nodes)}
-    lines = [f"digraph layer {{", f'  label="{title}"; labelloc=t; rankdir=LR; node [shape=box, fontsize=10];']
+    lines = ["digraph layer {", f'  label="{title}"; labelloc=t; rankdir=LR; node [shape=box, fontsize=10];']
     for n, d in G.nodes(data=True):
         style = ', style=dashed, color=gray' if d["external"] else (', color=red, penwidth=2' if n in path else '')
         label = _label(d).replace("\n", "\\n")

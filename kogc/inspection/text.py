@@ -89,7 +89,7 @@ def summary(ins) -> str:
     prog_end = np.array([max((ends[t] for t in q), default=0.0) for q in s.queues])
     lines = [header(ins), ""]
     lines += ["tasks per kind (us: the cost model's):"] + kind_table(ins, us) + [""]
-    lines.append(f"per program                     min / mean / max")
+    lines.append("per program                     min / mean / max")
     lines.append(f"  tasks                         {_stats(pp['tasks'])}")
     lines.append(f"  weight MB                     {_stats(pp['weight_bytes'] / 1e6)}")
     lines.append(f"  bytes MB (cost model)         {_stats(pp['bytes'] / 1e6)}")
