@@ -28,6 +28,7 @@ def test_bench_interpreter_writes_table_and_json(tmp_path, capsys):
     assert names == ["kogc (interpreter, CPU)", "kogc generate (one launch, interpreter, CPU)", "eager (CPU)"]
     assert all(row["ms_median"] > 0 and len(row["ms_reps"]) == 2 for row in res["rows"])
     assert res["floor"]["bytes_per_token"] > 0 and res["config"]["context"] == 8
+    assert len(res["config"]["kernel_source_sha1"]) == 12      # which kernel the figures are of
 
 
 @CPU_ONLY

@@ -38,6 +38,9 @@ def test_sweep_under_the_interpreter(tmp_path, capsys, monkeypatch):
     assert all(r["ok"] and r["same_token_as_eager"] and r["rel_err_vs_eager"] < 1e-5 for r in rows)
     assert rows[0]["rel_err_vs_first_variant"] == 0.0 and rows[2]["rel_err_vs_first_variant"] < 1e-5
     assert rows[2]["tasks"] > rows[0]["tasks"]            # more attention splits, more tasks
+    # each row names its kernel by its source's hash: one kernel per variant, the same at both contexts
+    assert rows[0]["kernel_source_sha1"] == rows[1]["kernel_source_sha1"] != rows[2]["kernel_source_sha1"]
+    assert len(rows[0]["kernel_source_sha1"]) == 12
     assert res["passed"] and len(text.strip().splitlines()) == 4 and "vs eager" in text
 
 

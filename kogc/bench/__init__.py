@@ -18,7 +18,7 @@ import time
 
 import torch
 
-from .measure import Row, bytes_per_token, read_bandwidth, time_steps
+from .measure import Row, bytes_per_token, kernel_id, read_bandwidth, time_steps
 from .handwritten import handwritten_graph_step, shapes_of
 from .stacks import compiled_graph_step, eager_step, graph_step, trimmed_graph_step
 
@@ -54,6 +54,7 @@ def run_bench(model_file: str, preset: str | None, context: int = 1024, steps: i
            "weights": (kogc_options or {}).get("weights", "model")}
     _progress("compiling with kogc", quiet)
     ck = kogc_compile(model, interpret=interpret, **(kogc_options or {}))
+    cfg["kernel_source_sha1"] = kernel_id(ck)
     max_pos = ck.max_pos
     if context + steps + 8 > max_pos:
         raise ValueError(f"context {context} + {steps} steps does not fit the KV cache of {max_pos} positions")
@@ -88,7 +89,8 @@ def run_bench(model_file: str, preset: str | None, context: int = 1024, steps: i
         fill_kv_from(full, model)
         rows.append(Row("kogc, model's weights" + (" (interpreter, CPU)" if interpret else ""),
                         time_steps(lambda i: full.launch(1 + i % 100, context + i), steps, reps, device, warmup),
-                        extra={"floor_bytes": bytes_per_token(full, context + steps // 2)}))
+                        extra={"floor_bytes": bytes_per_token(full, context + steps // 2),
+                               "kernel_source_sha1": kernel_id(full)}))
         _progress(f"kogc, model's weights: {rows[-1].ms} ms/token", quiet)
         full = None
     prof = None

@@ -1,6 +1,7 @@
 """Timing and byte counting for the benchmark."""
 from __future__ import annotations
 
+import hashlib
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -77,3 +78,9 @@ def bytes_per_token(ck, pos: int) -> int:
         if op.kind == "attention":
             kv += 2 * max(op.lanes, 1) * op.p["kv_heads"] * (pos + 1) * op.p["head_dim"] * es
     return weights + emb_row + ck.schedule.layout.sizes["small"] * es + kv
+
+
+def kernel_id(ck) -> str:
+    """The first 12 hex digits of the SHA-1 of the kernel's generated source: which kernel a result is of,
+    whatever the checkout's git state (the source names the model in its first line)."""
+    return hashlib.sha1(ck.source.encode()).hexdigest()[:12]

@@ -25,7 +25,7 @@ import torch
 
 from ..check import TIE_ULPS, _miss, default_max_rel_err, rel_err, tie_dtype
 from ..errors import KogcError
-from .measure import bytes_per_token, read_bandwidth, time_steps
+from .measure import bytes_per_token, kernel_id, read_bandwidth, time_steps
 
 RUN_OPTIONS = ("num_programs", "num_warps", "max_registers", "profile")
 CHAIN = 16          # launches back to back in the chained check (GPU)
@@ -161,6 +161,7 @@ def run_sweep(model_file: str, preset: str | None, variants: str, contexts: list
             miss = _miss(e_logits, tok, TIE_ULPS, ties)
             floor = bytes_per_token(ck, context + steps // 2)
             row.update(variant=v, context=context, num_programs=ck.schedule.num_programs, tasks=len(ck.schedule.tasks),
+                       kernel_source_sha1=kernel_id(ck),
                        compile_s=compile_s, rel_err_vs_eager=rel_err(logits, e_logits),
                        same_token_as_eager=tok == e_tok,
                        argmax_miss_vs_eager=miss, rel_err_vs_first_variant=rel_err(logits, ref["logits"]),
