@@ -5,7 +5,7 @@ contiguous run of tiles. A tile is 32 KB: R=8 rows of K=2048 fp16. Per tile a pr
 of a decode matvec: the tile times a vector x of K fp16 (held in registers), fp32 accumulation, one
 fp32 output per row stored to global memory. Reported: GB/s of weight bytes read.
 
-- triton:      plain Triton, the way kogc's kernel streams weights today: tl.load of a tile into
+- triton:      plain Triton, the way kogc's kernel streams weights: tl.load of a tile into
                registers, compute, store, next tile (num_stages=1: one tile in flight per program).
 - triton_cpa:  the same source with tl.range(num_stages=S): Triton's own software pipeliner may turn
                the loads into a cp.async ring of S stages in shared memory (compile-only says
