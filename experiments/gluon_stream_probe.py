@@ -48,7 +48,6 @@ import argparse
 import json
 import re
 import statistics
-import subprocess
 import tempfile
 from functools import partial
 
@@ -167,15 +166,16 @@ def _aot(name, S, fn, opts):
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=opts)
 
 
-def _ptxas_usage(ptx):
-    """Registers and spill bytes as the bundled ptxas reports them for sm_90a."""
+def _usage(k):
+    """Registers and spill bytes (stores + loads) of a compiled kernel, read by kogc's own summary of
+    the bundled ptxas and cuobjdump."""
+    from kogc.codegen.aot import disassembly_summary
     with tempfile.TemporaryDirectory() as tmp:
-        open(f"{tmp}/k.ptx", "w").write(ptx)
-        err = subprocess.run([triton.knobs.nvidia.ptxas.path, "-v", "--gpu-name=sm_90a", f"{tmp}/k.ptx",
-                              "-o", f"{tmp}/k.o"], capture_output=True, text=True).stderr
-    regs = re.search(r"Used (\d+) registers", err)
-    spill = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", err)
-    return int(regs.group(1)) if regs else None, sum(map(int, spill.groups())) if spill else None
+        open(f"{tmp}/k.ptx", "w").write(k.asm["ptx"])
+        open(f"{tmp}/k.cubin", "wb").write(k.asm["cubin"])
+        u = disassembly_summary({"ptx": f"{tmp}/k.ptx", "cubin": f"{tmp}/k.cubin"})
+    spill = u.get("spill_store_bytes", 0) + u.get("spill_load_bytes", 0) if "spill_store_bytes" in u else None
+    return u.get("registers"), spill
 
 
 def compile_only(stages):
@@ -186,7 +186,7 @@ def compile_only(stages):
     for name, S, fn, opts in variants(stages):
         k = _aot(name, S, fn, opts)
         ptx = k.asm["ptx"]
-        regs, spill = _ptxas_usage(ptx)
+        regs, spill = _usage(k)
         part = "/".join(sorted(set(re.findall(r"setmaxnreg\.\w+\.sync\.aligned\.u32\s+(\d+)", ptx)),
                                key=lambda v: -int(v))) or "-"
         print(f"{name:<12}{S:>3}{regs!s:>6}{part:>16}{spill!s:>9}{k.metadata.shared:>10}{k.metadata.num_warps:>7}"

@@ -27,7 +27,8 @@ torch.manual_seed(0)
 hf = transformers.LlamaForCausalLM(config).to(torch.float16).eval()
 built = {}
 for name, step in (("transformers", decode_step(hf, max_len=2048)),
-                   ("examples/llama.py", build_model("examples/llama.py", preset="llama-3.2-1b", seed=0, max_len=2048))):
+                   ("examples/llama.py",
+                    build_model("examples/llama.py", preset="llama-3.2-1b", seed=0, max_len=2048))):
     s = build_schedule(to_ir(step), H200)
     src = [line for line in render(s).splitlines() if not line.startswith("# Generated")]
     table, _ = s.table()

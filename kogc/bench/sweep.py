@@ -191,8 +191,11 @@ def run_sweep(model_file: str, preset: str | None, variants: str, contexts: list
 def _measure(ck, model, set_cache, context: int, steps: int, reps: int, device: str, warmup: int,
              interpret: bool) -> dict:
     from ..runtime.kernel import fill_kv_from
-    set_cache(context)
-    fill_kv_from(ck, model)
+
+    def fresh_cache():      # the random cache up to the context, in the model and the kernel
+        set_cache(context)
+        fill_kv_from(ck, model)
+    fresh_cache()
     logits, tok = ck.step(TOKEN, context)
     logits = logits.float().cpu()
     ms = time_steps(lambda i: ck.launch(1 + i % 50, context + 1 + i), steps, reps, device, warmup=warmup)
@@ -203,8 +206,7 @@ def _measure(ck, model, set_cache, context: int, steps: int, reps: int, device: 
         # deterministic: the same launches giving other logits would be a race, not rounding
         chains = []
         for _ in range(2):
-            set_cache(context)
-            fill_kv_from(ck, model)
+            fresh_cache()
             for i in range(CHAIN):
                 ck.launch(1 + i, context + 1 + i)
             chains.append((ck.logits_view.float().cpu().clone(), int(ck.buffers.OUT[0].item())))
@@ -215,8 +217,9 @@ def _measure(ck, model, set_cache, context: int, steps: int, reps: int, device: 
                                          warmup=min(warmup, 1))]
     ck.raise_if_stuck()
     med = sorted(ms)[len(ms) // 2]
-    return {"_logits": logits, "token": tok, "_chain": chain, "chain_repeat_rel_err": repeat, "ms": ms, "ms_median": med, "tok_per_s": 1e3 / med,
-            "generate_ms": gen, "generate_ms_median": sorted(gen)[len(gen) // 2]}
+    return {"_logits": logits, "token": tok, "_chain": chain, "chain_repeat_rel_err": repeat, "ms": ms,
+            "ms_median": med, "tok_per_s": 1e3 / med, "generate_ms": gen,
+            "generate_ms_median": sorted(gen)[len(gen) // 2]}
 
 
 def _profile(ck, row, out_dir, context, vi, model_file, preset, checkpoint, overrides, quiet) -> None:
