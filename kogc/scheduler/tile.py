@@ -359,8 +359,7 @@ def _tile_attention(op, by, lay, val, new, cfg, es, lanes_of):
                     a[A_H] = lay.at(f"{op.node}.arrivals", l, kh)
                     a[A_RES_OUT] = lay.at(op.node, l, kh * g * hd)
                     writes.append(lay.region(op.node, l, kh * g * hd, (kh + 1) * g * hd))
-                new(("attention", g, hd, ns, nq, block, impl) + (("last",) if last else ())
-                    + (("preload",) if cfg.attn_preload else ()), op, l, a, reads, writes,
+                new(("attention", g, hd, ns, nq, block, impl) + (("last",) if last else ()), op, l, a, reads, writes,
                     cost=2 * (ctx // ns) * hd * es)
 
 
