@@ -307,7 +307,7 @@ def cmd_bench(args) -> int:
     if bad:
         return _fail(f"unknown baseline {bad[0]!r}; known: {', '.join(ALL_BASELINES)}")
     try:
-        res = run_bench(args.model_file, presets[0] if not args.checkpoint else None, context=contexts[0],
+        res = run_bench(args.model_file, presets[0] if presets and not args.checkpoint else None, context=contexts[0],
                         steps=args.steps, reps=args.reps, baselines=baselines, interpret=args.interpret,
                         profile=args.profile, checkpoint=args.checkpoint, overrides=overrides,
                         kogc_options={"tile_config": _tile_config(args.tile_config), "weights": args.weights},

@@ -266,7 +266,10 @@ def test_transformers_checkpoint_directory(tmp_path, capsys):
     prompt = torch.tensor([[5, 17]])
     want = model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=2, do_sample=False)[0, 2:].tolist()
     assert code == 0 and out.split()[:2] == [str(t) for t in want]
-
+    code = main(["bench", "--model-dir", str(tmp_path), "--max-len", "32", "--context", "4", "--steps", "1",
+                 "--reps", "1", "--baselines", "eager", "--interpret"])
+    out, err = capsys.readouterr()
+    assert code == 0 and out.startswith(f"{tmp_path} context 4") and "eager (CPU)" in out
 
 
 def test_run_with_a_compensated_fp8_head(tmp_path, capsys, monkeypatch):

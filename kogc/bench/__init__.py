@@ -46,9 +46,10 @@ def run_bench(model_file: str, preset: str | None, context: int = 1024, steps: i
     device = "cpu" if interpret else "cuda"
     warmup = 0 if interpret else 3          # the interpreter has nothing to warm up: each launch is seconds
     t0 = time.perf_counter()
-    _progress(f"building {preset or checkpoint} (random weights, seed {seed})", quiet)
+    name = preset or checkpoint or model_file
+    _progress(f"building {name}" + ("" if checkpoint or not preset else f" (random weights, seed {seed})"), quiet)
     model = build_model(model_file, preset=preset, checkpoint=checkpoint, seed=seed, **(overrides or {}))
-    cfg = {"model_file": model_file, "preset": preset, "context": context, "steps": steps, "reps": reps,
+    cfg = {"model_file": model_file, "preset": preset, "model": name, "context": context, "steps": steps, "reps": reps,
            "device": "CPU (Triton interpreter)" if interpret else torch.cuda.get_device_name(),
            "date": time.strftime("%Y-%m-%d %H:%M"), "torch": torch.__version__,
            "weights": (kogc_options or {}).get("weights", "model")}
@@ -158,7 +159,7 @@ def format_table(res: dict) -> str:
     trim = next((r for r in rows if r["name"] == "cuda_graph_trim" and r.get("ms_median")), None)
     floor_ms = res["floor"]["ms"]
     c = res["config"]
-    lines = [f"{c['preset']} context {c['context']}, {c['steps']} steps x {c['reps']} reps on {c['device']} "
+    lines = [f"{c.get('model') or c['preset']} context {c['context']}, {c['steps']} steps x {c['reps']} reps on {c['device']} "
              f"({c['date']})" + (f", weights {c['weights']}" if c.get("weights", "model") != "model" else ""),
              f"floor: {res['floor']['bytes_per_token'] / 1e9:.3f} GB per token"
              + (f" at {res['floor']['read_bw_Bps'] / 1e12:.2f} TB/s measured read bandwidth"
