@@ -348,7 +348,9 @@ def cmd_check(args) -> int:
         return 0
     prompt = _ints(args.prompt_ids, "--prompt-ids")
     default = 2 if args.interpret else 256
-    preset = None if args.checkpoint else (args.config or ("tiny" if args.interpret else "laneformer-2b"))
+    from .frontend.model_file import is_transformers_dir
+    preset = None if args.checkpoint or is_transformers_dir(args.model_file) else \
+        (args.config or ("tiny" if args.interpret else "laneformer-2b"))
     res = run_check(args.model_file, preset, steps=default if args.steps is None else args.steps,
                     generate=default if args.generate is None else args.generate, prompt=prompt,
                     fp32_ref=args.fp32_ref, seed=args.seed, checkpoint=args.checkpoint,

@@ -270,6 +270,10 @@ def test_transformers_checkpoint_directory(tmp_path, capsys):
                  "--reps", "1", "--baselines", "eager", "--interpret"])
     out, err = capsys.readouterr()
     assert code == 0 and out.startswith(f"{tmp_path} context 4") and "eager (CPU)" in out
+    code = main(["check", "--model-dir", str(tmp_path), "--max-len", "32", "--steps", "1", "--generate", "1",
+                 "--interpret"])
+    out, err = capsys.readouterr()
+    assert code == 0 and out.startswith(f"{tmp_path} (float32)") and "RESULT: PASS" in out
 
 
 def test_run_with_a_compensated_fp8_head(tmp_path, capsys, monkeypatch):
