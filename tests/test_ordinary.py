@@ -182,6 +182,16 @@ def test_transformers_models_equal_eager(cls_name, cfg):
         assert rel_err(got, want) < 1e-5 and model.config.sliding_window == 4096
 
 
+@pytest.mark.parametrize("cls_name,cfg", [("LlamaForCausalLM", {}), ("MistralForCausalLM", {}),
+                                         ("Qwen3ForCausalLM", dict(head_dim=16))])
+def test_transformers_step_runs_where_it_was_moved(cls_name, cfg):
+    # the baselines move the step to the GPU after it was built on the CPU: the cache layers must make their
+    # positions there too (the meta device stands in for CUDA: the same mismatch, no GPU needed)
+    step = kogc.frontend.decode_step(hf_model(cls_name, **cfg), max_len=32).to("meta")
+    logits, _ = step(torch.tensor([5], device="meta"), torch.tensor(3, device="meta"))
+    assert logits.device.type == "meta" and logits.shape == (300,)
+
+
 def test_transformers_llama_is_the_model_files_kernel():
     # a transformers Llama and the single-file Llama of the same shapes compile to one kernel: the same source
     # (but for the model's name in its first line), the same variants, the same tasks per layer; only the order

@@ -63,6 +63,8 @@ class DecodeStep(nn.Module):
             layer.keys, layer.values = getattr(self, f"k_cache_{i}"), getattr(self, f"v_cache_{i}")
             layer.cumulative_length = getattr(self, f"cache_length_{i}")
             layer.cumulative_length.copy_(pos)   # the cache writes at its own counter: set it to pos
+            # the layer makes its positions on the device it was created on: the buffers' after .to(device)
+            layer.device = layer.keys.device
         with _window_off(self.model.config if self.no_window else None):
             out = self.model(input_ids=token.reshape(1, 1), position_ids=pos.reshape(1, 1),
                              cache_position=pos.reshape(1), use_cache=True, **{self.cache_arg: self.cache})
