@@ -20,10 +20,10 @@ class AttentionLowering:
         c = self.env.get(cache)
         if not isinstance(c, Const) or c.name is None:
             self.fail(f"{op_name(n)} must write a KV-cache buffer of the model")
-        shape = squeezed(c.tensor.shape)
-        if len(shape) != 3 or c.tensor.shape[-1] != shape[-1]:
+        *lead, S, hd = c.tensor.shape       # (one KV head is a size-1 axis too: not squeezed away)
+        if not lead or sum(d != 1 for d in lead) > 1 or S == 1 or hd == 1:
             self.fail(f"KV cache {c.name} of shape {list(c.tensor.shape)}: kogc supports [1, kv_heads, positions, head_dim]")
-        kv, S, hd = shape
+        kv = math.prod(lead)
         seq_dim = c.tensor.dim() - 2
         if n.target in (aten.index_copy_.default, aten.index_copy.default):
             dim, index, values = n.args[1], n.args[2], n.args[3]
