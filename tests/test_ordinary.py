@@ -81,16 +81,34 @@ def test_gated_pairs_equal_eager():
     assert pair.up.endswith("w3.weight#lane") and pair.param.endswith("w1.weight#lane")
 
 
-def test_last_split_combines_equal_eager():
+@pytest.mark.parametrize("overrides,group,passes", [
+    ({}, 3, 1),                                              # 3 heads of 16 in one masked pass of 64 lanes
+    (dict(n_heads=6, n_kv_heads=1, head_dim=64), 6, 2),      # two passes of 3 heads (192 of 256 lanes)
+])
+def test_last_split_combines_equal_eager(overrides, group, passes):
     # attention wider than attn_combine_width (forced here; by default wider than 512, e.g. Llama-3.2-1B's
-    # 2048): the last of the splits of each KV head combines its 3 query heads into o, Wo reads o plainly
+    # 2048): the last of the splits of each KV head combines its query heads into o, Wo reads o plainly
     # (2 splits, both holding positions at step 3; 16 where attn_splits is 0)
     from kogc.scheduler import TileConfig
+    from kogc.scheduler.tile import heads_per_combine
     cfg = TileConfig(attn_combine_width=0, attn_splits=2)
-    ck = assert_equals_eager(tiny_llama(seed=7), kernel_at=(0, 3), steps=4, tile_config=cfg)
+    ck = assert_equals_eager(tiny_llama(seed=7, **overrides), kernel_at=(0, 3), steps=4, tile_config=cfg)
     att = [v for v in ck.schedule.variants if v[0] == "attention"]
-    assert [(v[1], v[3], "last" in v) for v in att] == [(3, 2, True)]
+    assert [(v[1], v[3], "last" in v) for v in att] == [(group, 2, True)]
+    assert group // heads_per_combine(att[0][1], att[0][2]) == passes
     assert not any("attn_combine" in t.kind_key for t in ck.schedule.tasks)
+
+
+def test_one_kv_head():
+    # multi-query attention: the cache's KV-head axis has size 1 and is not squeezed away
+    assert_equals_eager(tiny_llama(seed=3, n_kv_heads=1), kernel_at=(1,), steps=3)
+
+
+def test_heads_per_combine():
+    from kogc.scheduler.tile import heads_per_combine
+    # Llama-3.2-1B, SmolLM2-135M, Qwen3-0.6B in one pass; Qwen2.5-0.5B's 7 x 64 head by head; 8 x 64 in two
+    assert [heads_per_combine(g, d) for g, d in ((4, 64), (3, 64), (2, 128), (7, 64), (8, 64), (1, 512))] == \
+        [4, 3, 2, 1, 4, 1]
 
 
 def test_cli_compiles_the_model_file(capsys):

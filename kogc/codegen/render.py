@@ -9,7 +9,7 @@ import jinja2
 from ..fp8 import TRITON_TYPES
 from ..scheduler import Schedule
 from ..scheduler.tasks import stream_layout
-from ..scheduler.tile import next_pow2
+from ..scheduler.tile import heads_per_combine, next_pow2
 from ..scheduler import tasks as T
 
 KERNEL_NAME = "kogc_monokernel"
@@ -59,6 +59,7 @@ def _pow2_divisor(values, cap: int = 16) -> int:
 
 _ENV.filters["pow2_divisor"] = _pow2_divisor     # e.g. a masked matvec row's alignment: [K, WALIGN]
 _ENV.filters["next_pow2"] = next_pow2
+_ENV.filters["heads_per_combine"] = lambda v: heads_per_combine(v[1], v[2])     # an attention variant's
 # a matvec variant's tile in the weight stream: (where its scales start, its length), from (R, K, esize, scaled)
 _ENV.filters["stream_layout"] = lambda v, esize, scaled: stream_layout(v[1], v[2], esize, bool(scaled))
 TL_DTYPES = {"float32": "tl.float32", "float16": "tl.float16", "bfloat16": "tl.bfloat16"}
