@@ -125,6 +125,14 @@ def test_phases_add_up_to_the_layer(sequential):
             w2[(t.lane, t.layer)] = max(w2.get((t.lane, t.layer), 0.0), end[t.id])
     layer_us = np.mean([w2[(lane, layer)] - w2[(lane, layer - 1)] for lane in (0, 1) for layer in (1, 2)])
     assert abs(sum(r["span"] for r in phases) - layer_us) < 1e-9
+    # bytes: the phase's tasks' cost bytes in one (lane, layer); all lanes' at the target's read bandwidth
+    def hbm(t):
+        return t.weight.nbytes if t.weight is not None else t.cost_bytes if t.kind == "attention" else 0
+    mb = {p: sum(hbm(t) for t in s.tasks if t.lane == 0 and t.layer == 1 and PHASE_OF.get(kind_key(t)) == p) / 1e6
+          for p in PHASES}
+    assert all(mb.values())
+    assert {r["phase"]: r["MB"] for r in phases} == pytest.approx(mb)
+    assert [r["floor_us"] for r in phases] == pytest.approx([mb[p] * 2e12 / s.target.hbm_read_bw for p in PHASES])
 
 
 def test_first_layers_weight_rate_and_tail(sequential):

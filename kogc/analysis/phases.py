@@ -4,7 +4,9 @@ For each (lane, layer) the five phases of a layer (QKV, attention, Wo, W1/W3, W2
 previous phase's last end to their own last end; averaged over the lanes and the inner layers (the
 first and last layers start and end the step), with each phase's mean body, when its last task started
 its body and when its median task ended (both after the previous phase's end: a late last body with
-an early median is a straggler tail, queued behind other tasks). Optionally the step's first layers
+an early median is a straggler tail, queued behind other tasks), and the bytes it reads (weights; the
+KV cache at the schedule's cost context) with the time all lanes' bytes take at the target's read
+bandwidth: the floor the phase's span is held against. Optionally the step's first layers
 with all lanes together, the weight bytes per 5 us over their time (when HBM idles), and the step's
 tail (final norm, LM head, argmax).
 """
@@ -76,8 +78,18 @@ def layer_phases(schedule, ids: np.ndarray, ts: np.ndarray) -> list[dict]:
                 a["body"].append(float((us[js, 2] - us[js, 1]).mean()))
                 a["last_body_start"].append(us[last, 1] - prev)
                 a["median_end"].append(float(np.median(ends)) - prev)
+                a["MB"].append(sum(_hbm_bytes(schedule.tasks[int(ids[j])]) for j in js) / 1e6)
                 prev = ends.max()
-    return [{"phase": p, **{k: float(np.mean(v)) for k, v in acc[p].items()}} for p in PHASES if acc[p]]
+    rows = [{"phase": p, **{k: float(np.mean(v)) for k, v in acc[p].items()}} for p in PHASES if acc[p]]
+    for r in rows:     # all lanes stream at once: their bytes together at the read bandwidth
+        r["floor_us"] = r["MB"] * 1e6 * len(lanes) / schedule.target.hbm_read_bw * 1e6
+    return rows
+
+
+def _hbm_bytes(t) -> int:
+    """What a task reads from HBM: its weight tile, or attention's cache rows (its cost at the schedule's
+    cost context); the activations it reads come from L2."""
+    return t.weight.nbytes if t.weight is not None else t.cost_bytes if t.kind == "attention" else 0
 
 
 def _spans(schedule, ids: np.ndarray, ts: np.ndarray, key_of) -> dict:
@@ -133,11 +145,13 @@ def phases_report(schedule, ids: np.ndarray, ts: np.ndarray, first: int = 0) -> 
 def format_phases(res: dict) -> str:
     rows = res["phases"]
     lines = ["| phase | tasks per lane | span us | mean body us | last body starts (us after the previous phase) "
-             "| median task ends (us after) |", "|---|---|---|---|---|---|"]
+             "| median task ends (us after) | MB per lane | all lanes' bytes at the read bandwidth (us) |",
+             "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['phase']} | {r['tasks']:.0f} | {r['span']:.1f} | {r['body']:.2f} | "
-                     f"{r['last_body_start']:.1f} | {r['median_end']:.1f} |")
-    lines.append(f"| layer | | {sum(r['span'] for r in rows):.1f} | | | |")
+                     f"{r['last_body_start']:.1f} | {r['median_end']:.1f} | {r['MB']:.2f} | {r['floor_us']:.1f} |")
+    lines.append(f"| layer | | {sum(r['span'] for r in rows):.1f} | | | | {sum(r['MB'] for r in rows):.2f} | "
+                 f"{sum(r['floor_us'] for r in rows):.1f} |")
     if "first_layers" in res:
         lines += ["", "| layer | phase | first start (us) | last end (us) |", "|---|---|---|---|"]
         lines += [f"| {r['layer']} | {r['phase']} | {r['start']:.1f} | {r['end']:.1f} |" for r in res["first_layers"]]
