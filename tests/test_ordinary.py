@@ -298,6 +298,10 @@ def test_transformers_checkpoint_directory(tmp_path, capsys):
                  "--reps", "1", "--baselines", "eager", "--interpret"])
     out, err = capsys.readouterr()
     assert code == 0 and out.startswith(f"{tmp_path} context 4") and "eager (CPU)" in out
+    code = main(["bench", "--model-dir", str(tmp_path), "--max-len", "32", "--context", "4", "--steps", "1",
+                 "--reps", "1", "--scaling", "--interpret"])
+    out, err = capsys.readouterr()
+    assert code == 0 and f"| {tmp_path} | " in out
     code = main(["check", "--model-dir", str(tmp_path), "--max-len", "32", "--steps", "1", "--generate", "1",
                  "--interpret"])
     out, err = capsys.readouterr()

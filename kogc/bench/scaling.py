@@ -39,7 +39,7 @@ def run_scaling(model_file: str, presets: list[str | None], contexts: list[int],
         model = build_model(model_file, preset=preset, checkpoint=checkpoint, seed=seed, **(overrides or {}))
         params = sum(p.numel() for p in model.parameters())
         ck = kogc_compile(model, interpret=interpret, tile_config=tile_config)
-        name = preset or checkpoint
+        name = preset or checkpoint or model_file
         if max(contexts) + steps + 2 > ck.max_pos:
             raise KogcError(f"{name}: context {max(contexts)} + {steps} steps do not fit the KV cache of "
                             f"{ck.max_pos} positions")
