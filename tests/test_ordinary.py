@@ -184,6 +184,7 @@ def test_transformers_llama_equals_eager_and_generate():
 
 @pytest.mark.parametrize("cls_name,cfg", [
     ("LlamaForCausalLM", dict(num_key_value_heads=6, tie_word_embeddings=False)),
+    ("LlamaForCausalLM", dict(num_key_value_heads=1)),     # one KV head: rotate-half on slices of a plain vector
     ("MistralForCausalLM", {}),      # its default window (4,096) is longer than the cache: the plain causal path
     ("Phi3ForCausalLM", dict(pad_token_id=0)),      # fused QKV and gate/up matrices, split by slicing
 ])

@@ -35,6 +35,32 @@ from .trace import user_frame
 from .views import derive_step, step_name
 
 
+def rejoins_its_source(n: fx.Node) -> bool:
+    """Whether slice `n` meets another slice of the same tensor again in a cat, directly or through
+    one elementwise op (rotate-half RoPE: cat(-x[..., h:], x[..., :h])): then the slices are part of
+    one function of that tensor (a Region), not rows of a fused matrix taken apart. (With one KV head
+    the key's halves are slices of a plain vector, as a fused QKV's parts are.)"""
+    def cats(m, depth=1):
+        for u in m.users:
+            if u.target is aten.cat.default:
+                yield u
+            elif depth and u.target in (aten.neg.default, aten.mul.Tensor):
+                yield from cats(u, depth - 1)
+
+    def slices_in(m, depth=1):
+        if m.target is aten.slice.Tensor:
+            yield m
+        elif depth and m.target in (aten.neg.default, aten.mul.Tensor):
+            for a in m.args:
+                if isinstance(a, fx.Node):
+                    yield from slices_in(a, depth - 1)
+    for c in cats(n):
+        for a in c.args[0]:
+            if isinstance(a, fx.Node) and any(x is not n and x.args[0] is n.args[0] for x in slices_in(a)):
+                return True
+    return False
+
+
 class AtenLowering(IRBuilder, RopeLowering, AttentionLowering):
     def __init__(self, ep: torch.export.ExportedProgram, name: str):
         super().__init__()
@@ -213,7 +239,7 @@ class AtenLowering(IRBuilder, RopeLowering, AttentionLowering):
             if t is aten.slice.Tensor:
                 inner = self.row_block(n.args[0], n.args[1] if len(n.args) > 1 else 0)
                 step = n.args[4] if len(n.args) > 4 else 1
-                if inner and step == 1:
+                if inner and step == 1 and not rejoins_its_source(n):
                     size = meta(n.args[0]).shape[n.args[1]]
                     start, end = (list(n.args[2:4]) + [None, None])[:2]
                     start, end = start or 0, min(end if end is not None else size, size)
