@@ -96,3 +96,6 @@ def test_sweep_row_says_when_the_chained_launches_do_not_repeat():
     assert "the same launches again: 2.0e-03, NOT REPRODUCED" in format_row(row) and "MISMATCH" in format_row(row)
     row.update(chain_repeat_rel_err=0.0, ok=True)
     assert "NOT REPRODUCED" not in format_row(row) and "MISMATCH" not in format_row(row)
+    assert "vs the first variant" not in format_row(row)        # the first variant itself (0.0), or a row without
+    row.update(ms_vs_first_variant=-0.026)
+    assert "1.000 ms (-2.6% vs the first variant)," in format_row(row)

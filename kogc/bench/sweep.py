@@ -157,7 +157,8 @@ def run_sweep(model_file: str, preset: str | None, variants: str, contexts: list
             logits, tok, chain = row.pop("_logits"), row["token"], row.pop("_chain")
             e_logits, e_tok = eager[weights][context]
             # (variants are compared with the first of their weight format: FP8 computes other values)
-            ref = first.setdefault((weights, context), {"logits": logits, "token": tok, "chain": chain})
+            ref = first.setdefault((weights, context), {"logits": logits, "token": tok, "chain": chain,
+                                                        "ms": row["ms_median"]})
             miss = _miss(e_logits, tok, TIE_ULPS, ties)
             floor = bytes_per_token(ck, context + steps // 2)
             row.update(variant=v, context=context, num_programs=ck.schedule.num_programs, tasks=len(ck.schedule.tasks),
@@ -165,7 +166,8 @@ def run_sweep(model_file: str, preset: str | None, variants: str, contexts: list
                        compile_s=compile_s, rel_err_vs_eager=rel_err(logits, e_logits),
                        same_token_as_eager=tok == e_tok,
                        argmax_miss_vs_eager=miss, rel_err_vs_first_variant=rel_err(logits, ref["logits"]),
-                       same_token_as_first_variant=tok == ref["token"], floor_bytes=floor,
+                       same_token_as_first_variant=tok == ref["token"],
+                       ms_vs_first_variant=row["ms_median"] / ref["ms"] - 1, floor_bytes=floor,
                        of_floor=floor / bw / (row["ms_median"] * 1e-3) if bw else None,
                        regs_spills=[getattr(ck.compiled, "n_regs", None), getattr(ck.compiled, "n_spills", None)])
             if chain is not None and ref["chain"] is not None:
@@ -245,7 +247,9 @@ def format_row(r: dict) -> str:
              if "chain_rel_err_vs_first_variant" in r else "")
     if r.get("chain_repeat_rel_err"):
         chain += f" (the same launches again: {r['chain_repeat_rel_err']:.1e}, NOT REPRODUCED: a race?)"
-    return (f"{json.dumps(r['variant'])} programs={r['num_programs']} context {r['context']}: {r['ms_median']:.3f} ms, "
+    vs_first = f" ({r['ms_vs_first_variant']:+.1%} vs the first variant)" if r.get("ms_vs_first_variant") else ""
+    return (f"{json.dumps(r['variant'])} programs={r['num_programs']} context {r['context']}: {r['ms_median']:.3f} ms"
+            f"{vs_first}, "
             f"in one launch {r['generate_ms_median']:.3f} ms ({r['tok_per_s']:.0f} tok/s{floor}), {r['tasks']} tasks; "
             f"vs eager: rel err {r['rel_err_vs_eager']:.1e}, "
             + ("same token" if r["same_token_as_eager"] else
