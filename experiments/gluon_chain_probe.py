@@ -1,0 +1,329 @@
+"""Probe (one H200): does a TMA weight ring keep HBM busy through a chain of waits, where the kernel's
+register form (one tile loaded before each task's wait) does not?
+
+The stream probe (experiments/gluon_stream_probe.py) measured streaming alone. Here the tiles come in
+dependent phases, as a one-lane model's layer does: per layer, an idle gap of D us (attention and the
+small projections, when HBM streams nothing: program 0 waits for the previous layer's last phase, spins D
+us, then raises an event), phase A (NA tiles: W1/W3; each waits for the gap's event) and phase B (NB tiles:
+W2; each waits for all of A). Tile i of a phase belongs to program i % P. A task is a decode matvec of one
+32 KB tile (R=8 rows of K=2048 fp16) with fp32 accumulation, then a barrier and a release add on its
+phase's counter; a wait spins on acquire loads of a counter (bounded: a wait that gives up is recorded).
+
+- triton: the kernel's way: the tile is loaded into registers before the task's wait.
+- gluon_ring: a loader warp walks the program's tiles of every phase and layer, one TMA copy per tile into
+  a ring of S stages of shared memory, waiting only for a free stage, never for a dependency; the compute
+  warps wait for the dependency, then for the stage, compute from shared memory and free it. Through a
+  gap, each program holds up to S tiles already loaded.
+
+Reported per variant and gap: us per layer and the weight rate it means. Against them: the layer's bytes
+at the streaming rate plus the gap is what no prefetch across the gap gives, the bytes alone (or the gap,
+if longer) what a perfect one would. Every output is checked against torch, every wait for giving up, and
+every phase counter for counting each task once.
+
+    PYTHONPATH=. python experiments/gluon_chain_probe.py --out $OUT/chain.json
+    python experiments/gluon_chain_probe.py --compile-only      # no GPU: compile all for sm_90
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+from functools import partial
+
+import triton
+import triton.language as tl
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gluon_stream_probe import B, C, K, R, SMEM_PER_SM, TILE_BYTES, W_LAYOUT, WARPS, _usage  # noqa: E402
+
+LIMIT = 1 << 20           # spins before a wait gives up (about a second)
+GAP = tl.constexpr(0)     # a layer's three counters (GAP, PHASE_A, PHASE_B), 32 words (128 B) apart
+PHASE_A = tl.constexpr(1)
+PHASE_B = tl.constexpr(2)
+
+
+# --------------------------------------------------------------------------- (a) the kernel's way
+@triton.jit
+def _now():
+    return tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=tl.int64, is_pure=False, pack=1)
+
+
+@triton.jit
+def _wait(cnt, target, bad, limit):
+    seen = tl.atomic_add(cnt, 0, sem="acquire", scope="gpu")
+    n = 0
+    while (seen < target) & (n < limit):
+        seen = tl.atomic_add(cnt, 0, sem="acquire", scope="gpu")
+        n += 1
+    if seen < target:
+        tl.atomic_add(bad, 1, sem="relaxed", scope="gpu")
+
+
+@triton.jit
+def _gap(cnt, layer, NB, gap_ns, bad, limit):
+    """Program 0: after the previous layer's phase B, an idle gap, then the layer's gap event."""
+    if layer > 0:
+        _wait(cnt + ((layer - 1) * 3 + PHASE_B) * 32, NB, bad, limit)
+    t0 = _now()
+    while _now() - t0 < gap_ns:
+        pass
+    tl.atomic_add(cnt + (layer * 3 + GAP) * 32, 1, sem="release", scope="gpu")
+
+
+@triton.jit
+def chain_triton(w_ptr, x_ptr, out_ptr, cnt, bad, layers, NA, NB, gap_ns, limit, K: tl.constexpr, R: tl.constexpr):
+    p = tl.program_id(0)
+    P = tl.num_programs(0)
+    k = tl.arange(0, K)
+    rows = tl.arange(0, R)
+    x = tl.load(x_ptr + k).to(tl.float32)
+    for layer in range(layers):
+        if p == 0:
+            _gap(cnt, layer, NB, gap_ns, bad, limit)
+        for ph in range(2):
+            n = NA if ph == 0 else NB
+            base = layer * (NA + NB) + ph * NA
+            for i in range(p, n, P):
+                row0 = (base + i).to(tl.int64) * R
+                w = tl.load(w_ptr + (row0 + rows[:, None]) * K + k[None, :])     # before the wait
+                if ph == 0:
+                    _wait(cnt + (layer * 3 + GAP) * 32, 1, bad, limit)
+                else:
+                    _wait(cnt + (layer * 3 + PHASE_A) * 32, NA, bad, limit)
+                tl.store(out_ptr + row0 + rows, tl.sum(w.to(tl.float32) * x[None, :], axis=1))
+                tl.debug_barrier()
+                tl.atomic_add(cnt + (layer * 3 + PHASE_A + ph) * 32, 1, sem="release", scope="gpu")
+
+
+# --------------------------------------------------------------------------- (b) Gluon, a TMA ring
+@gluon.jit
+def _g_now():
+    return gl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=gl.int64, is_pure=False, pack=1)
+
+
+@gluon.jit
+def _g_wait(cnt, target, bad, limit):
+    seen = gl.atomic_add(cnt, 0, sem="acquire", scope="gpu")
+    n = 0
+    while (seen < target) & (n < limit):
+        seen = gl.atomic_add(cnt, 0, sem="acquire", scope="gpu")
+        n += 1
+    if seen < target:
+        gl.atomic_add(bad, 1, sem="relaxed", scope="gpu")
+
+
+@gluon.jit
+def _ring_loader(w_desc, ring, ready, empty, layers, NA, NB):
+    """Every tile of this program, layer after layer, phase after phase: never waits on a dependency."""
+    S: gl.constexpr = ring.shape[0]
+    RB: gl.constexpr = w_desc.block_type.shape[0]
+    p = gl.program_id(0)
+    P = gl.num_programs(0)
+    j = 0
+    for layer in range(layers):
+        for ph in range(2):
+            n = NA if ph == 0 else NB
+            base = layer * (NA + NB) + ph * NA
+            for i in range(p, n, P):
+                s = j % S
+                mbarrier.wait(empty.index(s), ((j // S) & 1) ^ 1)     # a fresh barrier passes phase 1
+                mbarrier.expect(ready.index(s), w_desc.block_type.nbytes)
+                tma.async_copy_global_to_shared(w_desc, [(base + i) * RB, 0, 0], ready.index(s), ring.index(s))
+                j += 1
+
+
+@gluon.jit
+def _ring_compute(x_ptr, out_ptr, cnt, bad, ring, ready, empty, layers, NA, NB, gap_ns, limit, L3: gl.constexpr):
+    S: gl.constexpr = ring.shape[0]
+    RB: gl.constexpr = ring.shape[1]
+    CB: gl.constexpr = ring.shape[2]
+    BB: gl.constexpr = ring.shape[3]
+    XL: gl.constexpr = gl.SliceLayout(0, L3)
+    OL: gl.constexpr = gl.SliceLayout(1, gl.SliceLayout(2, L3))
+    c = gl.arange(0, CB, layout=gl.SliceLayout(1, XL))
+    b = gl.arange(0, BB, layout=gl.SliceLayout(0, XL))
+    x = gl.load(x_ptr + c[:, None] * BB + b[None, :]).to(gl.float32)
+    rows = gl.arange(0, RB, layout=OL)
+    p = gl.program_id(0)
+    P = gl.num_programs(0)
+    j = 0
+    for layer in range(layers):
+        if p == 0:      # the gap: after the previous layer's phase B, idle, then the layer's gap event
+            if layer > 0:
+                _g_wait(cnt + ((layer - 1) * 3 + PHASE_B) * 32, NB, bad, limit)
+            t0 = _g_now()
+            while _g_now() - t0 < gap_ns:
+                pass
+            gl.atomic_add(cnt + (layer * 3 + GAP) * 32, 1, sem="release", scope="gpu")
+        for ph in range(2):
+            n = NA if ph == 0 else NB
+            base = layer * (NA + NB) + ph * NA
+            for i in range(p, n, P):
+                if ph == 0:
+                    _g_wait(cnt + (layer * 3 + GAP) * 32, 1, bad, limit)
+                else:
+                    _g_wait(cnt + (layer * 3 + PHASE_A) * 32, NA, bad, limit)
+                s = j % S
+                mbarrier.wait(ready.index(s), (j // S) & 1)
+                w = ring.index(s).load(L3)
+                fence_async_shared()            # our reads before the loader's next TMA write of the stage
+                mbarrier.arrive(empty.index(s), count=1)
+                acc = gl.sum(gl.sum(w.to(gl.float32) * x[None, :, :], axis=2), axis=1)
+                gl.store(out_ptr + (base + i).to(gl.int64) * RB + rows, acc)
+                gl.thread_barrier()
+                gl.atomic_add(cnt + (layer * 3 + PHASE_A + ph) * 32, 1, sem="release", scope="gpu")
+                j += 1
+
+
+@gluon.jit
+def chain_ring(w_desc, x_ptr, out_ptr, cnt, bad, layers, NA, NB, gap_ns, limit, S: gl.constexpr,
+               WARPS: gl.constexpr):
+    ring = gl.allocate_shared_memory(w_desc.dtype, [S] + w_desc.block_type.shape, w_desc.layout)
+    ready = gl.allocate_shared_memory(gl.int64, [S, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [S, 1], mbarrier.MBarrierLayout())
+    for s in gl.static_range(S):
+        mbarrier.init(ready.index(s), count=1)
+        mbarrier.init(empty.index(s), count=1)
+    L3: gl.constexpr = gl.BlockedLayout([1, 1, 8], [1, 1, 32], [1, WARPS, 1], [2, 1, 0])
+    gl.warp_specialize([
+        (_ring_compute, (x_ptr, out_ptr, cnt, bad, ring, ready, empty, layers, NA, NB, gap_ns, limit, L3)),
+        (_ring_loader, (w_desc, ring, ready, empty, layers, NA, NB)),
+    ], [1], [24])
+    for s in gl.static_range(S):
+        mbarrier.invalidate(ready.index(s))
+        mbarrier.invalidate(empty.index(s))
+
+
+# --------------------------------------------------------------------------- variants
+def variants(ring_stages):
+    out = [("triton", 1, chain_triton, dict(num_warps=WARPS, num_stages=1))]
+    out += [("gluon_ring", s, chain_ring, dict(num_warps=WARPS, maxnreg=128)) for s in ring_stages]
+    return out
+
+
+def _aot(name, S, fn, opts):
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+    common = {"cnt": "*i32", "bad": "*i32", "layers": "i32", "NA": "i32", "NB": "i32", "gap_ns": "i64",
+              "limit": "i32"}
+    if name == "gluon_ring":
+        sig = {"w_desc": f"tensordesc<fp16[{R}, {C}, {B}],{W_LAYOUT!r}>", "x_ptr": "*fp16", "out_ptr": "*fp32",
+               **common, "S": "constexpr", "WARPS": "constexpr"}
+        src = GluonASTSource(fn, sig, {"S": S, "WARPS": WARPS})
+    else:
+        sig = {"w_ptr": "*fp16", "x_ptr": "*fp16", "out_ptr": "*fp32", **common, "K": "constexpr", "R": "constexpr"}
+        src = triton.compiler.ASTSource(fn, sig, {"K": K, "R": R}, {(i,): [["tt.divisibility", 16]] for i in range(3)})
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=opts)
+
+
+def compile_only(stages):
+    print(f"{'kernel':<12}{'S':>3}{'regs':>6}{'spill B':>9}{'shared B':>10}")
+    for name, S, fn, opts in variants(stages):
+        k = _aot(name, S, fn, opts)
+        regs, spill = _usage(k)
+        print(f"{name:<12}{S:>3}{regs!s:>6}{spill!s:>9}{k.metadata.shared:>10}")
+
+
+# --------------------------------------------------------------------------- on the GPU
+def run(args):
+    import torch
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+    dev = torch.device("cuda")
+    props = torch.cuda.get_device_properties(dev)
+    sms = props.multi_processor_count
+    L, NA, NB = args.layers, args.phase_a, args.phase_b
+    n_tiles = L * (NA + NB)
+    n_rows = n_tiles * R
+    torch.manual_seed(0)
+    w = torch.randn(n_rows, K, device=dev, dtype=torch.float16)
+    x = torch.randn(K, device=dev, dtype=torch.float16)
+    ref = torch.cat([blk.float() @ x.float() for blk in w.split(1 << 16)])
+    out = torch.empty(n_rows, device=dev, dtype=torch.float32)
+    cnt = torch.zeros(L * 3 * 32, device=dev, dtype=torch.int32)
+    bad = torch.zeros(1, device=dev, dtype=torch.int32)
+    desc = TensorDescriptor(w.view(n_rows, C, B), [n_rows, C, B], [K, B, 1], [R, C, B], W_LAYOUT)
+    layer_bytes = (NA + NB) * TILE_BYTES
+    rows = []
+    for gap_us in args.gaps:
+        for name, S, fn, opts in variants(args.stages):
+            for P in (args.programs if name == "triton" else args.ring_programs):
+                common = (cnt, bad, L, NA, NB, int(gap_us * 1000), LIMIT)
+                if name == "gluon_ring":
+                    launch = partial(fn[(P,)], desc, x, out, *common, S=S, WARPS=WARPS, **opts)
+                else:
+                    launch = partial(fn[(P,)], w, x, out, *common, K=K, R=R, **opts)
+                row = dict(variant=name, P=P, S=S, gap_us=gap_us, us_per_layer=None, ok=None, note="")
+                rows.append(row)
+                # every program must be resident at once (the waits would deadlock): judged before launching
+                if name == "gluon_ring" and -(-P // sms) * (S * TILE_BYTES + 4096) > SMEM_PER_SM:
+                    row["note"] = f"not co-resident: {-(-P // sms)} programs/SM of {S} x 32 KB stages"
+                    continue
+
+                def once():
+                    cnt.zero_()
+                    bad.zero_()
+                    return launch()
+                k = once()
+                torch.cuda.synchronize()
+                row["shared_bytes"] = k.metadata.shared
+                if -(-P // sms) > SMEM_PER_SM // max(k.metadata.shared, 1):
+                    row["note"] = f"not co-resident: {-(-P // sms)} programs/SM need {k.metadata.shared} B each"
+                    continue
+                out.fill_(float("nan"))
+                once()
+                torch.cuda.synchronize()
+                err = ((out - ref).abs().max() / ref.abs().max()).item()
+                # each task counted once: a count off would let a phase start before its producers
+                counts = cnt.view(L, 3, 32)[:, :, 0].cpu()
+                counted = bool((counts[:, GAP.value] == 1).all() and (counts[:, PHASE_A.value] == NA).all()
+                               and (counts[:, PHASE_B.value] == NB).all())
+                row.update(rel_err=err, gave_up=int(bad.item()), counts_ok=counted,
+                           ok=bool(err <= 1e-3 and bad.item() == 0 and counted))
+                if not row["ok"]:
+                    row["note"] = f"wrong: max rel err {err:.3g}, {int(bad.item())} waits gave up, counts ok: {counted}"
+                    continue
+                times = []
+                for it in range(args.warmup + args.iters):
+                    cnt.zero_()
+                    bad.zero_()
+                    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                    a.record()
+                    launch()
+                    b.record()
+                    b.synchronize()
+                    if it >= args.warmup:
+                        times.append(a.elapsed_time(b) * 1e3)
+                row["us_per_layer"] = statistics.median(times) / L
+                row["weight_TBps"] = layer_bytes / (row["us_per_layer"] * 1e-6) / 1e12
+                print(json.dumps(row), flush=True)
+    print(f"{props.name}: {L} layers of {NA} + {NB} tiles ({layer_bytes / 1e6:.1f} MB a layer: "
+          f"{layer_bytes / 4.2e12 * 1e6:.1f} us at 4.2 TB/s)")
+    print(f"{'variant':<12}{'P':>5}{'S':>3}{'gap us':>8}{'us/layer':>10}{'TB/s':>7}  note")
+    for r in rows:
+        t = f"{r['us_per_layer']:.1f}" if r["us_per_layer"] else "-"
+        bw = f"{r['weight_TBps']:.2f}" if r.get("weight_TBps") else "-"
+        print(f"{r['variant']:<12}{r['P']:>5}{r['S']:>3}{r['gap_us']:>8}{t:>10}{bw:>7}  {r['note']}")
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(dict(device=props.name, sms=sms, layers=L, phase_a=NA, phase_b=NB, tile_bytes=TILE_BYTES,
+                           rows=rows), f, indent=1)
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", default=None, help="JSON file for the rows")
+    ap.add_argument("--compile-only", action="store_true", help="compile every kernel for sm_90, no GPU")
+    ap.add_argument("--layers", type=int, default=16)
+    ap.add_argument("--phase-a", type=int, default=2048, help="tiles of the first phase (Llama-3.2-1B's W1/W3)")
+    ap.add_argument("--phase-b", type=int, default=1024, help="tiles of the second phase (its W2)")
+    ap.add_argument("--gaps", type=float, nargs="+", default=[0.0, 10.0], help="idle gap before each layer, us")
+    ap.add_argument("--programs", type=int, nargs="+", default=[132, 264, 396], help="the register form's grids")
+    ap.add_argument("--ring-programs", type=int, nargs="+", default=[132, 264])
+    ap.add_argument("--stages", type=int, nargs="+", default=[2, 3, 6])
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--iters", type=int, default=5)
+    a = ap.parse_args()
+    compile_only(a.stages) if a.compile_only else run(a)
