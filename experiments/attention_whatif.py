@@ -32,7 +32,8 @@ def main(path: str) -> None:
         for i in att:
             b[i] = max(0.5, b[i] - cut_all)
         r = longest_path(s, b, notify, True, over)[0]
-        print(f"combining splits -{cut_combiner:g} us, every split -{cut_all:g} us: {r:.1f} us ({(r / base - 1) * 100:+.1f}%)")
+        print(f"combining splits -{cut_combiner:g} us, every split -{cut_all:g} us: {r:.1f} us "
+              f"({(r / base - 1) * 100:+.1f}%)")
 
 
 if __name__ == "__main__":

@@ -374,8 +374,8 @@ def ranks_on(gpus: int, interpret: bool = False, one_gpu: bool = False) -> str:
 
 
 def format_check(res: dict) -> str:
-    lines = [f"{res['preset'] or res['checkpoint'] or res['model_file']} ({res['dtype']}) on {res['device']} ({res['date']}), "
-             f"compiled in {res['compile_s']:.1f}s"]
+    name = res['preset'] or res['checkpoint'] or res['model_file']
+    lines = [f"{name} ({res['dtype']}) on {res['device']} ({res['date']}), compiled in {res['compile_s']:.1f}s"]
     if "memory_ratio" in res:
         lines.append(f"GPU memory: {res['gpu_bytes_used'] / 1e9:.3f} GB used for {res['gpu_bytes_needed'] / 1e9:.3f} "
                      f"GB of buffers ({res['memory_ratio']:.3f}x)")

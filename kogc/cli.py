@@ -287,8 +287,9 @@ def cmd_bench(args) -> int:
             return _fail("--scaling times kogc alone: --profile and --task-times do not apply")
         from .bench.scaling import format_scaling, run_scaling
         save = (lambda res: _write_json(res, args.json, quiet=True)) if args.json else None
-        res = run_scaling(args.model_file, [None] if args.checkpoint or not presets else presets, contexts, steps=args.steps,
-                          reps=args.reps, interpret=args.interpret, checkpoint=args.checkpoint, overrides=overrides,
+        res = run_scaling(args.model_file, [None] if args.checkpoint or not presets else presets, contexts,
+                          steps=args.steps, reps=args.reps, interpret=args.interpret, checkpoint=args.checkpoint,
+                          overrides=overrides,
                           tile_config=_tile_config(_tile_json(args)), on_row=save)
         print(format_scaling(res))
         if args.json:

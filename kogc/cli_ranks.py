@@ -37,8 +37,9 @@ def bench_ranks(args, presets, context: int, overrides: dict) -> int:
         return 0
     from .bench import format_table, write_json
     from .bench.ranks import format_remote_waits, run_bench_ranks
-    res = run_bench_ranks(args.model_file, presets[0] if presets and not args.checkpoint else None, args.gpus, args.one_gpu,
-                          context=context, steps=args.steps, reps=args.reps, checkpoint=args.checkpoint,
+    preset = presets[0] if presets and not args.checkpoint else None
+    res = run_bench_ranks(args.model_file, preset, args.gpus, args.one_gpu, context=context, steps=args.steps,
+                          reps=args.reps, checkpoint=args.checkpoint,
                           overrides=overrides, kogc_options={"tile_config": _tile_config(args.tile_config),
                                                                          "weights": args.weights},
                           progress=lambda m: print(f"[bench] {m}", file=sys.stderr, flush=True))

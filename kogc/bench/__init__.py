@@ -159,8 +159,9 @@ def format_table(res: dict) -> str:
     trim = next((r for r in rows if r["name"] == "cuda_graph_trim" and r.get("ms_median")), None)
     floor_ms = res["floor"]["ms"]
     c = res["config"]
-    lines = [f"{c.get('model') or c['preset']} context {c['context']}, {c['steps']} steps x {c['reps']} reps on {c['device']} "
-             f"({c['date']})" + (f", weights {c['weights']}" if c.get("weights", "model") != "model" else ""),
+    lines = [f"{c.get('model') or c['preset']} context {c['context']}, {c['steps']} steps x {c['reps']} reps "
+             f"on {c['device']} ({c['date']})"
+             + (f", weights {c['weights']}" if c.get("weights", "model") != "model" else ""),
              f"floor: {res['floor']['bytes_per_token'] / 1e9:.3f} GB per token"
              + (f" at {res['floor']['read_bw_Bps'] / 1e12:.2f} TB/s measured read bandwidth"
                 + _readings(res["floor"]) + f" = {floor_ms:.3f} ms "

@@ -371,7 +371,8 @@ def heads_per_combine(group: int, head_dim: int) -> int:
     group and fit COMBINE_LANES lanes (the power of two at or above heads x head_dim). A pass is one round
     trip for the splits' partials; head by head, Llama-3.2-1B's shapes spent about 4 us of each layer's
     chain there (in one pass: -2.6% a token; Qwen3-0.6B's shapes -5.7%, SmolLM2-135M's -1.8%)."""
-    return max(h for h in range(1, group + 1) if group % h == 0 and next_pow2(h * head_dim) <= max(COMBINE_LANES, head_dim))
+    lanes = max(COMBINE_LANES, head_dim)
+    return max(h for h in range(1, group + 1) if group % h == 0 and next_pow2(h * head_dim) <= lanes)
 
 
 def attention_impl(cfg: TileConfig, group: int, head_dim: int, esize: int) -> tuple[str, int]:
