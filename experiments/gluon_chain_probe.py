@@ -37,7 +37,9 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gluon_stream_probe import B, C, K, R, SMEM_PER_SM, TILE_BYTES, W_LAYOUT, WARPS, _usage  # noqa: E402
+from gluon_stream_probe import (ALIGNED, B, C, K, R, SMEM_PER_SM, TILE_BYTES, W_DESC_TYPE, W_LAYOUT,  # noqa: E402
+                                WARPS, _usage, compile_sm90)
+from hop_probe import _acquire_at_least, _now  # noqa: E402
 
 LIMIT = 1 << 20           # spins before a wait gives up (about a second)
 GAP = tl.constexpr(0)     # a layer's three counters (GAP, PHASE_A, PHASE_B), 32 words (128 B) apart
@@ -47,18 +49,9 @@ PHASE_B = tl.constexpr(2)
 
 # --------------------------------------------------------------------------- (a) the kernel's way
 @triton.jit
-def _now():
-    return tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=tl.int64, is_pure=False, pack=1)
-
-
-@triton.jit
 def _wait(cnt, target, bad, limit):
-    seen = tl.atomic_add(cnt, 0, sem="acquire", scope="gpu")
-    n = 0
-    while (seen < target) & (n < limit):
-        seen = tl.atomic_add(cnt, 0, sem="acquire", scope="gpu")
-        n += 1
-    if seen < target:
+    """Wait for a count (hop_probe's bounded acquire loop); one that gives up is counted in `bad`."""
+    if _acquire_at_least(cnt, target, limit, "gpu") == 0:
         tl.atomic_add(bad, 1, sem="relaxed", scope="gpu")
 
 
@@ -205,18 +198,14 @@ def variants(ring_stages):
 
 
 def _aot(name, S, fn, opts):
-    from triton.backends.compiler import GPUTarget
-    from triton.experimental.gluon._runtime import GluonASTSource
     common = {"cnt": "*i32", "bad": "*i32", "layers": "i32", "NA": "i32", "NB": "i32", "gap_ns": "i64",
               "limit": "i32"}
     if name == "gluon_ring":
-        sig = {"w_desc": f"tensordesc<fp16[{R}, {C}, {B}],{W_LAYOUT!r}>", "x_ptr": "*fp16", "out_ptr": "*fp32",
-               **common, "S": "constexpr", "WARPS": "constexpr"}
-        src = GluonASTSource(fn, sig, {"S": S, "WARPS": WARPS})
-    else:
-        sig = {"w_ptr": "*fp16", "x_ptr": "*fp16", "out_ptr": "*fp32", **common, "K": "constexpr", "R": "constexpr"}
-        src = triton.compiler.ASTSource(fn, sig, {"K": K, "R": R}, {(i,): [["tt.divisibility", 16]] for i in range(3)})
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=opts)
+        sig = {"w_desc": W_DESC_TYPE, "x_ptr": "*fp16", "out_ptr": "*fp32", **common, "S": "constexpr",
+               "WARPS": "constexpr"}
+        return compile_sm90(fn, sig, {"S": S, "WARPS": WARPS}, opts, True)
+    sig = {"w_ptr": "*fp16", "x_ptr": "*fp16", "out_ptr": "*fp32", **common, "K": "constexpr", "R": "constexpr"}
+    return compile_sm90(fn, sig, {"K": K, "R": R}, opts, False, {(i,): ALIGNED for i in range(3)})
 
 
 def compile_only(stages):

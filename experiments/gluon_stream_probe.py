@@ -149,21 +149,28 @@ def variants(stages):
     return out
 
 
-def _aot(name, S, fn, opts):
+# The host TensorDescriptor of the weights specializes to this type string; it carries the smem layout.
+W_DESC_TYPE = f"tensordesc<fp16[{R}, {C}, {B}],{W_LAYOUT!r}>"
+ALIGNED = [["tt.divisibility", 16]]
+
+
+def compile_sm90(fn, sig: dict, constexprs: dict, opts: dict, gluon: bool, attrs: dict | None = None):
+    """Compile a Triton (or, with gluon, a Gluon) kernel for sm_90 without a GPU."""
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
-    if name == "gluon_tma":
-        # The host TensorDescriptor specializes to this type string; it carries the smem layout.
-        sig = {"w_desc": f"tensordesc<fp16[{R}, {C}, {B}],{W_LAYOUT!r}>", "x_ptr": "*fp16",
-               "out_ptr": "*fp32", "tiles_per_prog": "i32", "S": "constexpr", "WARPS": "constexpr"}
-        src = GluonASTSource(fn, sig, {"S": S, "WARPS": WARPS},
-                             {(1,): [["tt.divisibility", 16]], (2,): [["tt.divisibility", 16]]})
-    else:
-        sig = {"w_ptr": "*fp16", "x_ptr": "*fp16", "out_ptr": "*fp32", "tiles_per_prog": "i32",
-               "K": "constexpr", "R": "constexpr", "STAGES": "constexpr"}
-        src = triton.compiler.ASTSource(fn, sig, {"K": K, "R": R, "STAGES": opts["num_stages"]},
-                                        {(i,): [["tt.divisibility", 16]] for i in range(3)})
+    src = (GluonASTSource if gluon else triton.compiler.ASTSource)(fn, sig, constexprs, attrs or {})
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=opts)
+
+
+def _aot(name, S, fn, opts):
+    if name == "gluon_tma":
+        sig = {"w_desc": W_DESC_TYPE, "x_ptr": "*fp16", "out_ptr": "*fp32", "tiles_per_prog": "i32",
+               "S": "constexpr", "WARPS": "constexpr"}
+        return compile_sm90(fn, sig, {"S": S, "WARPS": WARPS}, opts, True, {(1,): ALIGNED, (2,): ALIGNED})
+    sig = {"w_ptr": "*fp16", "x_ptr": "*fp16", "out_ptr": "*fp32", "tiles_per_prog": "i32",
+           "K": "constexpr", "R": "constexpr", "STAGES": "constexpr"}
+    return compile_sm90(fn, sig, {"K": K, "R": R, "STAGES": opts["num_stages"]}, opts, False,
+                        {(i,): ALIGNED for i in range(3)})
 
 
 def _usage(k):

@@ -35,11 +35,13 @@ def _now():
 
 
 @triton.jit
-def _acquire_at_least(cnt, target, limit):
-    seen = tl.atomic_add(cnt, 0, sem="acquire", scope="gpu")
+def _acquire_at_least(cnt, target, limit, SCOPE: tl.constexpr):
+    """Spin on acquire reads of a counter until it reaches target (at most `limit` reads): whether it did.
+    SCOPE "sys" for a counter another GPU raises."""
+    seen = tl.atomic_add(cnt, 0, sem="acquire", scope=SCOPE)
     n = 0
     while (seen < target) & (n < limit):
-        seen = tl.atomic_add(cnt, 0, sem="acquire", scope="gpu")
+        seen = tl.atomic_add(cnt, 0, sem="acquire", scope=SCOPE)
         n += 1
     return seen >= target
 
@@ -68,7 +70,7 @@ def _receive(cnt, vec, other, r, limit, n: tl.constexpr, LL: tl.constexpr):
             k += 1
         return words & 0xFFFFFFFF, (k < limit).to(tl.int32)
     else:       # the counter (acquire), then the data: the kernel's hop
-        ok = _acquire_at_least(cnt + 32 * other, r + 1, limit).to(tl.int32)
+        ok = _acquire_at_least(cnt + 32 * other, r + 1, limit, "gpu").to(tl.int32)
         return tl.load(vec + other * n + i).to(tl.int64), ok
 
 

@@ -17,6 +17,7 @@ import argparse
 import json
 import os
 import statistics
+import sys
 
 import torch
 import triton
@@ -24,20 +25,8 @@ import triton.language as tl
 
 LIMIT = 1 << 24          # spins before a wait gives up
 
-
-@triton.jit
-def _now():
-    return tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=tl.int64, is_pure=False, pack=1)
-
-
-@triton.jit
-def _acquire_at_least(cnt, target, limit):
-    seen = tl.atomic_add(cnt, 0, sem="acquire", scope="sys")
-    n = 0
-    while (seen < target) & (n < limit):
-        seen = tl.atomic_add(cnt, 0, sem="acquire", scope="sys")
-        n += 1
-    return seen >= target
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from hop_probe import _acquire_at_least, _now  # noqa: E402   (the one-GPU probe's timer and wait)
 
 
 @triton.jit
@@ -51,13 +40,13 @@ def hop_gpus(vec, cnt, peer_vec_addr, peer_cnt_addr, stamps, bad, me, rounds, li
     r = 0
     while (r < rounds) & (ok != 0):
         if me == 1:          # rank 1 receives first
-            ok = _acquire_at_least(cnt, r + 1, limit).to(tl.int32)
+            ok = _acquire_at_least(cnt, r + 1, limit, "sys").to(tl.int32)
             x = tl.load(vec + i)
         tl.store(peer_vec + i, x + 1.0)
         tl.debug_barrier()   # every thread's stores before the release
         tl.atomic_add(peer_cnt, 1, sem="release", scope="sys")
         if me == 0:
-            ok = _acquire_at_least(cnt, r + 1, limit).to(tl.int32)
+            ok = _acquire_at_least(cnt, r + 1, limit, "sys").to(tl.int32)
             x = tl.load(vec + i)
         tl.store(stamps + r, _now())
         r += 1

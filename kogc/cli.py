@@ -297,9 +297,10 @@ def cmd_bench(args) -> int:
         return 0
     if len(contexts) > 1 or len(presets) > 1:
         return _fail("several presets or contexts are the scaling table: add --scaling")
+    preset = presets[0] if presets and not args.checkpoint else None    # None: the model file's or directory's own
     if args.gpus != 1:
         from .cli_ranks import bench_ranks
-        return bench_ranks(args, presets, contexts[0], overrides)
+        return bench_ranks(args, preset, contexts[0], overrides)
     if args.task_times and (not args.profile or args.interpret):
         return _fail("--task-times writes the stamps of a profiled step: it needs --profile (on a GPU)")
     from .bench import ALL_BASELINES, format_table, run_bench, write_json
@@ -308,7 +309,7 @@ def cmd_bench(args) -> int:
     if bad:
         return _fail(f"unknown baseline {bad[0]!r}; known: {', '.join(ALL_BASELINES)}")
     try:
-        res = run_bench(args.model_file, presets[0] if presets and not args.checkpoint else None, context=contexts[0],
+        res = run_bench(args.model_file, preset, context=contexts[0],
                         steps=args.steps, reps=args.reps, baselines=baselines, interpret=args.interpret,
                         profile=args.profile, checkpoint=args.checkpoint, overrides=overrides,
                         kogc_options={"tile_config": _tile_config(args.tile_config), "weights": args.weights},

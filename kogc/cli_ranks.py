@@ -28,7 +28,7 @@ def compile_ranks(args, graph, target, cfg, t0: float, total: int) -> int:
             write_outputs(os.path.join(args.out, f"rank{s.rank}"), s.graph, s, src, target, t0, total)
     return 0
 
-def bench_ranks(args, presets, context: int, overrides: dict) -> int:
+def bench_ranks(args, preset: str | None, context: int, overrides: dict) -> int:
     """kogc bench --gpus G: kogc on G ranks beside the one-GPU kernel and the TP=G stack (kogc.bench.ranks)."""
     if args.interpret or args.profile or args.task_times:
         return _fail("--gpus times the ranks on GPUs: --interpret, --profile and --task-times do not apply "
@@ -37,7 +37,6 @@ def bench_ranks(args, presets, context: int, overrides: dict) -> int:
         return 0
     from .bench import format_table, write_json
     from .bench.ranks import format_remote_waits, run_bench_ranks
-    preset = presets[0] if presets and not args.checkpoint else None
     res = run_bench_ranks(args.model_file, preset, args.gpus, args.one_gpu, context=context, steps=args.steps,
                           reps=args.reps, checkpoint=args.checkpoint,
                           overrides=overrides, kogc_options={"tile_config": _tile_config(args.tile_config),
