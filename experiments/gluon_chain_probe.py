@@ -9,7 +9,10 @@ W2; each waits for all of A). Tile i of a phase belongs to program i % P. A task
 32 KB tile (R=8 rows of K=2048 fp16) with fp32 accumulation, then a barrier and a release add on its
 phase's counter; a wait spins on acquire loads of a counter (bounded: a wait that gives up is recorded).
 
-- triton: the kernel's way: the tile is loaded into registers before the task's wait.
+- triton: the kernel's way: the tile is loaded into registers before the task's wait. Three forms: a wait and
+  a publish per tile; triton_pruned, a program's waits after its first of a phase dropped (as the kernel's
+  placement does); triton_deferred, pruned and one publish per program and phase, after its last tile,
+  adding its number of tiles (what deferred publishes would give the kernel).
 - gluon_ring: a loader warp walks the program's tiles of every phase and layer, one TMA copy per tile into
   a ring of S stages of shared memory, waiting only for a free stage, never for a dependency; the compute
   warps wait for the dependency, then for the stage, compute from shared memory and free it. Through a
@@ -67,7 +70,12 @@ def _gap(cnt, layer, NB, gap_ns, bad, limit):
 
 
 @triton.jit
-def chain_triton(w_ptr, x_ptr, out_ptr, cnt, bad, layers, NA, NB, gap_ns, limit, K: tl.constexpr, R: tl.constexpr):
+def chain_triton(w_ptr, x_ptr, out_ptr, cnt, bad, layers, NA, NB, gap_ns, limit, K: tl.constexpr, R: tl.constexpr,
+                 PRUNE: tl.constexpr, DEFER: tl.constexpr):
+    """PRUNE: a program waits for a phase's dependency before its first tile of the phase only (the kernel
+    drops waits its program already knows satisfied). DEFER: a program publishes once per phase, after its
+    last tile, adding its number of tiles, instead of a barrier, fence and atomic after every tile (no
+    consumer waits longer: each needs every tile of the phase)."""
     p = tl.program_id(0)
     P = tl.num_programs(0)
     k = tl.arange(0, K)
@@ -82,13 +90,20 @@ def chain_triton(w_ptr, x_ptr, out_ptr, cnt, bad, layers, NA, NB, gap_ns, limit,
             for i in range(p, n, P):
                 row0 = (base + i).to(tl.int64) * R
                 w = tl.load(w_ptr + (row0 + rows[:, None]) * K + k[None, :])     # before the wait
-                if ph == 0:
-                    _wait(cnt + (layer * 3 + GAP) * 32, 1, bad, limit)
-                else:
-                    _wait(cnt + (layer * 3 + PHASE_A) * 32, NA, bad, limit)
+                if (PRUNE == 0) or (i == p):
+                    if ph == 0:
+                        _wait(cnt + (layer * 3 + GAP) * 32, 1, bad, limit)
+                    else:
+                        _wait(cnt + (layer * 3 + PHASE_A) * 32, NA, bad, limit)
                 tl.store(out_ptr + row0 + rows, tl.sum(w.to(tl.float32) * x[None, :], axis=1))
-                tl.debug_barrier()
-                tl.atomic_add(cnt + (layer * 3 + PHASE_A + ph) * 32, 1, sem="release", scope="gpu")
+                if DEFER == 0:
+                    tl.debug_barrier()
+                    tl.atomic_add(cnt + (layer * 3 + PHASE_A + ph) * 32, 1, sem="release", scope="gpu")
+            if DEFER:
+                mine = (n - p + P - 1) // P
+                if mine > 0:
+                    tl.debug_barrier()
+                    tl.atomic_add(cnt + (layer * 3 + PHASE_A + ph) * 32, mine, sem="release", scope="gpu")
 
 
 # --------------------------------------------------------------------------- (b) Gluon, a TMA ring
@@ -191,8 +206,13 @@ def chain_ring(w_desc, x_ptr, out_ptr, cnt, bad, layers, NA, NB, gap_ns, limit, 
 
 
 # --------------------------------------------------------------------------- variants
+# the register form: as written above (a wait and a publish per tile), with waits pruned as the kernel
+# does, and with waits pruned and publishes deferred to a program's last tile of a phase
+TRITON_FORMS = (("triton", 0, 0), ("triton_pruned", 1, 0), ("triton_deferred", 1, 1))
+
 def variants(ring_stages):
-    out = [("triton", 1, chain_triton, dict(num_warps=WARPS, num_stages=1))]
+    out = [(name, 1, chain_triton, dict(num_warps=WARPS, num_stages=1, PRUNE=prune, DEFER=defer))
+           for name, prune, defer in TRITON_FORMS]
     out += [("gluon_ring", s, chain_ring, dict(num_warps=WARPS, maxnreg=128)) for s in ring_stages]
     return out
 
@@ -204,16 +224,19 @@ def _aot(name, S, fn, opts):
         sig = {"w_desc": W_DESC_TYPE, "x_ptr": "*fp16", "out_ptr": "*fp32", **common, "S": "constexpr",
                "WARPS": "constexpr"}
         return compile_sm90(fn, sig, {"S": S, "WARPS": WARPS}, opts, True)
-    sig = {"w_ptr": "*fp16", "x_ptr": "*fp16", "out_ptr": "*fp32", **common, "K": "constexpr", "R": "constexpr"}
-    return compile_sm90(fn, sig, {"K": K, "R": R}, opts, False, {(i,): ALIGNED for i in range(3)})
+    forms = {c: opts[c] for c in ("PRUNE", "DEFER")}
+    opts = {o: v for o, v in opts.items() if o not in forms}
+    sig = {"w_ptr": "*fp16", "x_ptr": "*fp16", "out_ptr": "*fp32", **common, "K": "constexpr", "R": "constexpr",
+           **{c: "constexpr" for c in forms}}
+    return compile_sm90(fn, sig, {"K": K, "R": R, **forms}, opts, False, {(i,): ALIGNED for i in range(3)})
 
 
 def compile_only(stages):
-    print(f"{'kernel':<12}{'S':>3}{'regs':>6}{'spill B':>9}{'shared B':>10}")
+    print(f"{'kernel':<16}{'S':>3}{'regs':>6}{'spill B':>9}{'shared B':>10}")
     for name, S, fn, opts in variants(stages):
         k = _aot(name, S, fn, opts)
         regs, spill = _usage(k)
-        print(f"{name:<12}{S:>3}{regs!s:>6}{spill!s:>9}{k.metadata.shared:>10}")
+        print(f"{name:<16}{S:>3}{regs!s:>6}{spill!s:>9}{k.metadata.shared:>10}")
 
 
 # --------------------------------------------------------------------------- on the GPU
@@ -238,7 +261,7 @@ def run(args):
     rows = []
     for gap_us in args.gaps:
         for name, S, fn, opts in variants(args.stages):
-            for P in (args.programs if name == "triton" else args.ring_programs):
+            for P in (args.ring_programs if name == "gluon_ring" else args.programs):
                 common = (cnt, bad, L, NA, NB, int(gap_us * 1000), LIMIT)
                 if name == "gluon_ring":
                     launch = partial(fn[(P,)], desc, x, out, *common, S=S, WARPS=WARPS, **opts)
@@ -290,11 +313,11 @@ def run(args):
                 print(json.dumps(row), flush=True)
     print(f"{props.name}: {L} layers of {NA} + {NB} tiles ({layer_bytes / 1e6:.1f} MB a layer: "
           f"{layer_bytes / 4.2e12 * 1e6:.1f} us at 4.2 TB/s)")
-    print(f"{'variant':<12}{'P':>5}{'S':>3}{'gap us':>8}{'us/layer':>10}{'TB/s':>7}  note")
+    print(f"{'variant':<16}{'P':>5}{'S':>3}{'gap us':>8}{'us/layer':>10}{'TB/s':>7}  note")
     for r in rows:
         t = f"{r['us_per_layer']:.1f}" if r["us_per_layer"] else "-"
         bw = f"{r['weight_TBps']:.2f}" if r.get("weight_TBps") else "-"
-        print(f"{r['variant']:<12}{r['P']:>5}{r['S']:>3}{r['gap_us']:>8}{t:>10}{bw:>7}  {r['note']}")
+        print(f"{r['variant']:<16}{r['P']:>5}{r['S']:>3}{r['gap_us']:>8}{t:>10}{bw:>7}  {r['note']}")
     if args.out:
         with open(args.out, "w") as f:
             json.dump(dict(device=props.name, sms=sms, layers=L, phase_a=NA, phase_b=NB, tile_bytes=TILE_BYTES,
@@ -311,7 +334,7 @@ if __name__ == "__main__":
     ap.add_argument("--gaps", type=float, nargs="+", default=[0.0, 10.0], help="idle gap before each layer, us")
     ap.add_argument("--programs", type=int, nargs="+", default=[132, 264, 396], help="the register form's grids")
     ap.add_argument("--ring-programs", type=int, nargs="+", default=[132, 264])
-    ap.add_argument("--stages", type=int, nargs="+", default=[2, 3, 6])
+    ap.add_argument("--stages", type=int, nargs="*", default=[2, 3, 6], help="the ring's stages (none: no ring)")
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--iters", type=int, default=5)
     a = ap.parse_args()
