@@ -432,7 +432,7 @@ def test_waits_on_other_lanes_of_one_op_share_one_event(graphs, placement):
     # producer publishes to as well (the table's fifth header slot)
     from kogc.scheduler.deps import merge_events
     from kogc.scheduler.fuse import fuse
-    from kogc.scheduler.schedule import EVENT_BITS, HEADER
+    from kogc.scheduler.schedule import HEADER
     from kogc.scheduler.tile import tile
     g = graphs(4)
     plain, _ = tile(g, fuse(g, CFG), CFG)
@@ -453,50 +453,8 @@ def test_waits_on_other_lanes_of_one_op_share_one_event(graphs, placement):
     table, _ = s.table()
     for p, q in enumerate(s.queues):
         for i, tid in enumerate(q):
-            n = s.publish_counts[p][i]
-            assert table[p, i, 4] == (-1 if n == 0 else s.tasks[tid].publish_too | (n - 1) << EVENT_BITS)
+            assert table[p, i, 4] == s.tasks[tid].publish_too
     check_schedule(s.tasks, s.events, s.queues)
     # one lane: nothing to share, the table keeps its four-slot header
     one = build_schedule(graphs(1), H200, placement, CFG, num_programs=8)
     assert not one.publishes_twice and one.header == HEADER
-
-
-def test_a_run_of_one_events_tasks_publishes_once_at_its_end():
-    from kogc.scheduler.schedule import MAX_PUBLISH_COUNT, publish_counts
-    tasks = [_task(i, "x") for i in range(8)]
-    for t, g in zip(tasks, [0, 0, 0, 1, 2, 0, 0, 3]):
-        t.group = g
-    tasks[6].publish_too = 4          # a second event: a run ends where the events differ
-    published = {0, 1, 3, 4}          # nobody waits on event 2
-    assert publish_counts(tasks, list(range(8)), published) == [0, 0, 3, 1, 0, 1, 1, 1]
-    assert publish_counts(tasks, list(range(8)), published, defer=False) == [1, 1, 1, 1, 0, 1, 1, 1]
-    assert publish_counts(tasks, [5, 0, 1], published) == [0, 0, 3]
-    # a run longer than the table's count field holds publishes at the cap
-    long = [_task(i, "y") for i in range(MAX_PUBLISH_COUNT + 3)]
-    for t in long:
-        t.group = 0
-    counts = publish_counts(long, [t.id for t in long], {0})
-    assert counts[MAX_PUBLISH_COUNT - 1] == MAX_PUBLISH_COUNT and counts[-1] == 3 and sum(counts) == len(long)
-
-
-@pytest.mark.parametrize("lanes", [1, 4])
-def test_deferred_publishes_count_every_task_once(graphs, lanes):
-    """In a placed schedule, runs of one event's tasks leave their counts to the run's last task; the table
-    carries each count beside its event, and the counts per event add up to its tasks."""
-    from kogc.scheduler.schedule import EVENT_BITS
-    s = build_schedule(graphs(lanes), H200, "parallel", CFG, num_programs=8)
-    table, _ = s.table()
-    per_event = {}
-    deferred = 0
-    for p, q in enumerate(s.queues):
-        for i, tid in enumerate(q):
-            field = int(table[p, i, 2])
-            if field < 0:
-                deferred += s.tasks[tid].group in s.published
-                continue
-            ev, n = field & ((1 << EVENT_BITS) - 1), (field >> EVENT_BITS) + 1
-            assert ev == s.tasks[tid].group and n == s.publish_counts[p][i]
-            per_event[ev] = per_event.get(ev, 0) + n
-    assert deferred > 0
-    assert per_event == {e.id: len(e.tasks) for e in s.events if e.id in s.published and e.id in per_event}
-    assert set(per_event) >= {s.tasks[t].group for t in range(len(s.tasks))} & s.published

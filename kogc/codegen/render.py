@@ -8,7 +8,6 @@ import jinja2
 
 from ..fp8 import TRITON_TYPES
 from ..scheduler import Schedule
-from ..scheduler.schedule import EVENT_BITS
 from ..scheduler.tasks import stream_layout
 from ..scheduler.tile import heads_per_combine, next_pow2
 from ..scheduler import tasks as T
@@ -30,8 +29,7 @@ def render(schedule: Schedule, kernel_name: str = KERNEL_NAME, interpret: bool =
         raise ValueError(f"only_variant {only_variant}: the schedule has variants 0..{len(schedule.variants) - 1}")
     dispatch = [(i, v) for i, v in enumerate(schedule.variants) if only is None or i in only]
     return _ENV.get_template("monokernel.py.j2").render(
-        act_dt=TL_DTYPES[schedule.dtype], publish_some=not schedule.publishes_every_task,
-        event_bits=EVENT_BITS, event_mask=(1 << EVENT_BITS) - 1,
+        act_dt=TL_DTYPES[schedule.dtype], publish_some=len(schedule.published) < len(schedule.events),
         model=schedule.graph.meta.get("model", "model"), target=schedule.target.name,
         num_programs=schedule.num_programs, num_tasks=len(schedule.tasks), variants=schedule.variants,
         dispatch_variants=dispatch,

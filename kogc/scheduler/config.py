@@ -38,8 +38,6 @@ class TileConfig:
     mlp_pair_inputs: int = 1024       # W1 and W3 run as one task per (gate, up) row pair storing silu(gate) * up
                                       # where W2 would read at least this many inputs per row of its tile
                                       # (Llama-3.2-1B's 4096: -11%; laneformer-2b's 64: slower); 0: always
-    defer_publish: bool = True        # (experiment) a task followed in its queue by a task of the same events
-                                      # leaves its count to that task's publish
 
 
 def _pow2(x) -> bool:

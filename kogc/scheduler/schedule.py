@@ -14,7 +14,6 @@ from ..ir.graph import Graph
 from ..targets import Target
 from .check import check_schedule, check_step_closure, prune_by_program_order
 from .config import TileConfig, attention_splits, validate
-from .errors import SchedulerError
 from .deps import Event, derive, merge_events, share_lane_events
 from .fuse import FusedOp, fuse
 from .place import bytes_model_seconds, die_edge_share, place_parallel, place_sequential
@@ -23,8 +22,6 @@ from .tile import ESIZE, Layout, tile
 
 HEADER = 4          # table row: variant, lane, publish event, number of waits, [a second event it publishes
                     # to, in schedules with shared lane events: `header`]; then args, then waits
-EVENT_BITS = 20     # a row's publish fields: event | (tasks the publish counts - 1) << EVENT_BITS; -1: none
-MAX_PUBLISH_COUNT = 1 << (31 - EVENT_BITS)
 
 
 @dataclass
@@ -101,29 +98,6 @@ class Schedule:
     def row_width(self) -> int:
         return self.header + NARGS + 2 * max(self.max_waits, 1)
 
-    @cached_property
-    def publish_counts(self) -> list[list[int]]:
-        """Per queue and slot, how many tasks the slot's publish counts (`publish_counts`)."""
-        defer = self.tile_config.defer_publish
-        counts = [publish_counts(self.tasks, q, self.published, defer) for q in self.queues]
-        # verified: each waited event is counted once per task of it, whatever publishes carry the counts
-        got = Counter()
-        for q, qc in zip(self.queues, counts):
-            for tid, n in zip(q, qc):
-                for ev in publish_events(self.tasks[tid], self.published):
-                    got[ev] += n if ev >= 0 else 0
-        for e in self.events:
-            if e.id in self.published and got[e.id] != len(e.tasks):
-                raise SchedulerError(f"event {e.id} ({e.name}): its publishes count {got[e.id]} tasks, "
-                                     f"it has {len(e.tasks)}")
-        return counts
-
-    @property
-    def publishes_every_task(self) -> bool:
-        """Every task publishes (its events have waiters, none leaves its count to the next): the kernel
-        then publishes without testing the row (measured to cost registers)."""
-        return all(n > 0 for counts in self.publish_counts for n in counts)
-
     def table(self) -> tuple[np.ndarray, np.ndarray]:
         """The int32 task table [programs, max queue length, row] and each queue's length."""
         vid = {v: i for i, v in enumerate(self.variants)}
@@ -132,11 +106,9 @@ class Schedule:
         for p, q in enumerate(self.queues):
             for i, tid in enumerate(q):
                 t = self.tasks[tid]
-                ev, ev2 = publish_events(t, self.published)
-                n = self.publish_counts[p][i]
-                row = [vid[t.variant], t.lane, _publish_field(ev, n), len(t.waits)]
+                row = [vid[t.variant], t.lane, t.group if t.group in self.published else -1, len(t.waits)]
                 if self.publishes_twice:
-                    row.append(_publish_field(ev2, n))
+                    row.append(t.publish_too if t.publish_too in self.published else -1)
                 row += t.args
                 for g, need in t.waits:
                     row += [g if self.first_remote is None or g < self.first_remote else g + REMOTE_BIT, need]
@@ -205,44 +177,6 @@ class Schedule:
                        "cost_bytes": t.cost_bytes} for t in self.tasks],
             "layout": {k: list(v) for k, v in self.layout.slots.items()}, "sizes": self.layout.sizes,
         })
-
-
-def publish_events(t: Task, published: set[int]) -> tuple[int, int]:
-    """The events task `t` publishes to (-1: none): its own if some task waits on it, and its op's event
-    over all lanes (`publish_too`) if some task waits on that. With the second, always the first too: the
-    first's release fences the task's stores, the second is a relaxed add after it."""
-    if t.publish_too in published:
-        return t.group, t.publish_too
-    return (t.group if t.group in published else -1), -1
-
-
-def publish_counts(tasks: list[Task], queue: list[int], published: set[int], defer: bool = True) -> list[int]:
-    """How many tasks each slot of `queue` publishes for: 0 where its events have no waiter, or where the
-    next task of the queue publishes to the same events and takes its count along (`defer`), so that a run
-    of k such tasks publishes k once, at its last. No consumer waits longer (each needs every task of an
-    event, the run's last among them), and the run saves k - 1 barriers, fences and atomics."""
-    counts = [0] * len(queue)
-    carried = 0
-    for i, tid in enumerate(queue):
-        evs = publish_events(tasks[tid], published)
-        if evs == (-1, -1):
-            continue
-        carried += 1
-        if (defer and carried < MAX_PUBLISH_COUNT and i + 1 < len(queue)
-                and publish_events(tasks[queue[i + 1]], published) == evs):
-            continue
-        counts[i], carried = carried, 0
-    return counts
-
-
-def _publish_field(ev: int, n: int) -> int:
-    """A row's publish field: event `ev` with its count n (MAX_PUBLISH_COUNT at most), or -1."""
-    if ev < 0 or n == 0:
-        return -1
-    if ev >= 1 << EVENT_BITS or not 0 < n <= MAX_PUBLISH_COUNT:
-        raise SchedulerError(f"publish field: event {ev} counting {n} tasks does not fit the task table's "
-                             f"{EVENT_BITS}-bit event and {31 - EVENT_BITS}-bit count")
-    return ev | (n - 1) << EVENT_BITS
 
 
 def build_schedule(graph: Graph, target: Target, placement: str = "parallel",
