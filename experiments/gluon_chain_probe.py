@@ -12,7 +12,9 @@ phase's counter; a wait spins on acquire loads of a counter (bounded: a wait tha
 - triton: the kernel's way: the tile is loaded into registers before the task's wait. Three forms: a wait and
   a publish per tile; triton_pruned, a program's waits after its first of a phase dropped (as the kernel's
   placement does); triton_deferred, pruned and one publish per program and phase, after its last tile,
-  adding its number of tiles (what deferred publishes would give the kernel).
+  adding its number of tiles (what deferred publishes would give the kernel); triton_table and
+  triton_table_deferred, pruned, and as the kernel's tasks each reads its table row (an L2 hit) before
+  it can address its tile and its input vector after its wait.
 - gluon_ring: a loader warp walks the program's tiles of every phase and layer, one TMA copy per tile into
   a ring of S stages of shared memory, waiting only for a free stage, never for a dependency; the compute
   warps wait for the dependency, then for the stage, compute from shared memory and free it. Through a
@@ -70,12 +72,13 @@ def _gap(cnt, layer, NB, gap_ns, bad, limit):
 
 
 @triton.jit
-def chain_triton(w_ptr, x_ptr, out_ptr, cnt, bad, layers, NA, NB, gap_ns, limit, K: tl.constexpr, R: tl.constexpr,
-                 PRUNE: tl.constexpr, DEFER: tl.constexpr):
+def chain_triton(w_ptr, x_ptr, out_ptr, tab_ptr, cnt, bad, layers, NA, NB, gap_ns, limit, K: tl.constexpr,
+                 R: tl.constexpr, PRUNE: tl.constexpr, DEFER: tl.constexpr, TABLE: tl.constexpr):
     """PRUNE: a program waits for a phase's dependency before its first tile of the phase only (the kernel
     drops waits its program already knows satisfied). DEFER: a program publishes once per phase, after its
     last tile, adding its number of tiles, instead of a barrier, fence and atomic after every tile (no
-    consumer waits longer: each needs every tile of the phase)."""
+    consumer waits longer: each needs every tile of the phase). TABLE: as the kernel's tasks, each reads its
+    row of a table (kept in L2) before it can address its tile, and its input vector after its wait."""
     p = tl.program_id(0)
     P = tl.num_programs(0)
     k = tl.arange(0, K)
@@ -88,14 +91,21 @@ def chain_triton(w_ptr, x_ptr, out_ptr, cnt, bad, layers, NA, NB, gap_ns, limit,
             n = NA if ph == 0 else NB
             base = layer * (NA + NB) + ph * NA
             for i in range(p, n, P):
-                row0 = (base + i).to(tl.int64) * R
+                if TABLE:
+                    row0 = tl.load(tab_ptr + base + i, eviction_policy="evict_last").to(tl.int64) * R
+                else:
+                    row0 = (base + i).to(tl.int64) * R
                 w = tl.load(w_ptr + (row0 + rows[:, None]) * K + k[None, :])     # before the wait
                 if (PRUNE == 0) or (i == p):
                     if ph == 0:
                         _wait(cnt + (layer * 3 + GAP) * 32, 1, bad, limit)
                     else:
                         _wait(cnt + (layer * 3 + PHASE_A) * 32, NA, bad, limit)
-                tl.store(out_ptr + row0 + rows, tl.sum(w.to(tl.float32) * x[None, :], axis=1))
+                if TABLE:
+                    xin = tl.load(x_ptr + k).to(tl.float32)
+                else:
+                    xin = x
+                tl.store(out_ptr + row0 + rows, tl.sum(w.to(tl.float32) * xin[None, :], axis=1))
                 if DEFER == 0:
                     tl.debug_barrier()
                     tl.atomic_add(cnt + (layer * 3 + PHASE_A + ph) * 32, 1, sem="release", scope="gpu")
@@ -208,11 +218,12 @@ def chain_ring(w_desc, x_ptr, out_ptr, cnt, bad, layers, NA, NB, gap_ns, limit, 
 # --------------------------------------------------------------------------- variants
 # the register form: as written above (a wait and a publish per tile), with waits pruned as the kernel
 # does, and with waits pruned and publishes deferred to a program's last tile of a phase
-TRITON_FORMS = (("triton", 0, 0), ("triton_pruned", 1, 0), ("triton_deferred", 1, 1))
+TRITON_FORMS = (("triton", 0, 0, 0), ("triton_pruned", 1, 0, 0), ("triton_deferred", 1, 1, 0),
+                ("triton_table", 1, 0, 1), ("triton_table_deferred", 1, 1, 1))
 
 def variants(ring_stages):
-    out = [(name, 1, chain_triton, dict(num_warps=WARPS, num_stages=1, PRUNE=prune, DEFER=defer))
-           for name, prune, defer in TRITON_FORMS]
+    out = [(name, 1, chain_triton, dict(num_warps=WARPS, num_stages=1, PRUNE=prune, DEFER=defer, TABLE=table))
+           for name, prune, defer, table in TRITON_FORMS]
     out += [("gluon_ring", s, chain_ring, dict(num_warps=WARPS, maxnreg=128)) for s in ring_stages]
     return out
 
@@ -224,19 +235,20 @@ def _aot(name, S, fn, opts):
         sig = {"w_desc": W_DESC_TYPE, "x_ptr": "*fp16", "out_ptr": "*fp32", **common, "S": "constexpr",
                "WARPS": "constexpr"}
         return compile_sm90(fn, sig, {"S": S, "WARPS": WARPS}, opts, True)
-    forms = {c: opts[c] for c in ("PRUNE", "DEFER")}
+    forms = {c: opts[c] for c in ("PRUNE", "DEFER", "TABLE")}
     opts = {o: v for o, v in opts.items() if o not in forms}
-    sig = {"w_ptr": "*fp16", "x_ptr": "*fp16", "out_ptr": "*fp32", **common, "K": "constexpr", "R": "constexpr",
+    sig = {"w_ptr": "*fp16", "x_ptr": "*fp16", "out_ptr": "*fp32", "tab_ptr": "*i32", **common, "K": "constexpr",
+           "R": "constexpr",
            **{c: "constexpr" for c in forms}}
     return compile_sm90(fn, sig, {"K": K, "R": R, **forms}, opts, False, {(i,): ALIGNED for i in range(3)})
 
 
 def compile_only(stages):
-    print(f"{'kernel':<16}{'S':>3}{'regs':>6}{'spill B':>9}{'shared B':>10}")
+    print(f"{'kernel':<22}{'S':>3}{'regs':>6}{'spill B':>9}{'shared B':>10}")
     for name, S, fn, opts in variants(stages):
         k = _aot(name, S, fn, opts)
         regs, spill = _usage(k)
-        print(f"{name:<16}{S:>3}{regs!s:>6}{spill!s:>9}{k.metadata.shared:>10}")
+        print(f"{name:<22}{S:>3}{regs!s:>6}{spill!s:>9}{k.metadata.shared:>10}")
 
 
 # --------------------------------------------------------------------------- on the GPU
@@ -254,6 +266,7 @@ def run(args):
     x = torch.randn(K, device=dev, dtype=torch.float16)
     ref = torch.cat([blk.float() @ x.float() for blk in w.split(1 << 16)])
     out = torch.empty(n_rows, device=dev, dtype=torch.float32)
+    tab = torch.arange(n_tiles, device=dev, dtype=torch.int32)      # tile i's row says tile i
     cnt = torch.zeros(L * 3 * 32, device=dev, dtype=torch.int32)
     bad = torch.zeros(1, device=dev, dtype=torch.int32)
     desc = TensorDescriptor(w.view(n_rows, C, B), [n_rows, C, B], [K, B, 1], [R, C, B], W_LAYOUT)
@@ -266,7 +279,7 @@ def run(args):
                 if name == "gluon_ring":
                     launch = partial(fn[(P,)], desc, x, out, *common, S=S, WARPS=WARPS, **opts)
                 else:
-                    launch = partial(fn[(P,)], w, x, out, *common, K=K, R=R, **opts)
+                    launch = partial(fn[(P,)], w, x, out, tab, *common, K=K, R=R, **opts)
                 row = dict(variant=name, P=P, S=S, gap_us=gap_us, us_per_layer=None, ok=None, note="")
                 rows.append(row)
                 # every program must be resident at once (the waits would deadlock): judged before launching
@@ -313,11 +326,11 @@ def run(args):
                 print(json.dumps(row), flush=True)
     print(f"{props.name}: {L} layers of {NA} + {NB} tiles ({layer_bytes / 1e6:.1f} MB a layer: "
           f"{layer_bytes / 4.2e12 * 1e6:.1f} us at 4.2 TB/s)")
-    print(f"{'variant':<16}{'P':>5}{'S':>3}{'gap us':>8}{'us/layer':>10}{'TB/s':>7}  note")
+    print(f"{'variant':<22}{'P':>5}{'S':>3}{'gap us':>8}{'us/layer':>10}{'TB/s':>7}  note")
     for r in rows:
         t = f"{r['us_per_layer']:.1f}" if r["us_per_layer"] else "-"
         bw = f"{r['weight_TBps']:.2f}" if r.get("weight_TBps") else "-"
-        print(f"{r['variant']:<16}{r['P']:>5}{r['S']:>3}{r['gap_us']:>8}{t:>10}{bw:>7}  {r['note']}")
+        print(f"{r['variant']:<22}{r['P']:>5}{r['S']:>3}{r['gap_us']:>8}{t:>10}{bw:>7}  {r['note']}")
     if args.out:
         with open(args.out, "w") as f:
             json.dump(dict(device=props.name, sms=sms, layers=L, phase_a=NA, phase_b=NB, tile_bytes=TILE_BYTES,
