@@ -15,7 +15,7 @@ phase's counter; a wait spins on acquire loads of a counter (bounded: a wait tha
   adding its number of tiles (what deferred publishes would give the kernel); triton_table and
   triton_table_deferred, pruned, and as the kernel's tasks each reads its table row (an L2 hit) before
   it can address its tile and its input vector after its wait.
-- gluon_ring: a loader warp walks the program's tiles of every phase and layer, one TMA copy per tile into
+- gluon_ring (and gluon_ring_deferred: waits pruned, publishes deferred, as for the register form): a loader warp walks the program's tiles of every phase and layer, one TMA copy per tile into
   a ring of S stages of shared memory, waiting only for a free stage, never for a dependency; the compute
   warps wait for the dependency, then for the stage, compute from shared memory and free it. Through a
   gap, each program holds up to S tiles already loaded.
@@ -154,7 +154,8 @@ def _ring_loader(w_desc, ring, ready, empty, layers, NA, NB):
 
 
 @gluon.jit
-def _ring_compute(x_ptr, out_ptr, cnt, bad, ring, ready, empty, layers, NA, NB, gap_ns, limit, L3: gl.constexpr):
+def _ring_compute(x_ptr, out_ptr, cnt, bad, ring, ready, empty, layers, NA, NB, gap_ns, limit, L3: gl.constexpr,
+                  PRUNE: gl.constexpr, DEFER: gl.constexpr):
     S: gl.constexpr = ring.shape[0]
     RB: gl.constexpr = ring.shape[1]
     CB: gl.constexpr = ring.shape[2]
@@ -180,10 +181,11 @@ def _ring_compute(x_ptr, out_ptr, cnt, bad, ring, ready, empty, layers, NA, NB, 
             n = NA if ph == 0 else NB
             base = layer * (NA + NB) + ph * NA
             for i in range(p, n, P):
-                if ph == 0:
-                    _g_wait(cnt + (layer * 3 + GAP) * 32, 1, bad, limit)
-                else:
-                    _g_wait(cnt + (layer * 3 + PHASE_A) * 32, NA, bad, limit)
+                if (PRUNE == 0) or (i == p):
+                    if ph == 0:
+                        _g_wait(cnt + (layer * 3 + GAP) * 32, 1, bad, limit)
+                    else:
+                        _g_wait(cnt + (layer * 3 + PHASE_A) * 32, NA, bad, limit)
                 s = j % S
                 mbarrier.wait(ready.index(s), (j // S) & 1)
                 w = ring.index(s).load(L3)
@@ -191,14 +193,20 @@ def _ring_compute(x_ptr, out_ptr, cnt, bad, ring, ready, empty, layers, NA, NB, 
                 mbarrier.arrive(empty.index(s), count=1)
                 acc = gl.sum(gl.sum(w.to(gl.float32) * x[None, :, :], axis=2), axis=1)
                 gl.store(out_ptr + (base + i).to(gl.int64) * RB + rows, acc)
-                gl.thread_barrier()
-                gl.atomic_add(cnt + (layer * 3 + PHASE_A + ph) * 32, 1, sem="release", scope="gpu")
+                if DEFER == 0:
+                    gl.thread_barrier()
+                    gl.atomic_add(cnt + (layer * 3 + PHASE_A + ph) * 32, 1, sem="release", scope="gpu")
                 j += 1
+            if DEFER:
+                mine = (n - p + P - 1) // P
+                if mine > 0:
+                    gl.thread_barrier()
+                    gl.atomic_add(cnt + (layer * 3 + PHASE_A + ph) * 32, mine, sem="release", scope="gpu")
 
 
 @gluon.jit
 def chain_ring(w_desc, x_ptr, out_ptr, cnt, bad, layers, NA, NB, gap_ns, limit, S: gl.constexpr,
-               WARPS: gl.constexpr):
+               WARPS: gl.constexpr, PRUNE: gl.constexpr, DEFER: gl.constexpr):
     ring = gl.allocate_shared_memory(w_desc.dtype, [S] + w_desc.block_type.shape, w_desc.layout)
     ready = gl.allocate_shared_memory(gl.int64, [S, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [S, 1], mbarrier.MBarrierLayout())
@@ -207,7 +215,8 @@ def chain_ring(w_desc, x_ptr, out_ptr, cnt, bad, layers, NA, NB, gap_ns, limit, 
         mbarrier.init(empty.index(s), count=1)
     L3: gl.constexpr = gl.BlockedLayout([1, 1, 8], [1, 1, 32], [1, WARPS, 1], [2, 1, 0])
     gl.warp_specialize([
-        (_ring_compute, (x_ptr, out_ptr, cnt, bad, ring, ready, empty, layers, NA, NB, gap_ns, limit, L3)),
+        (_ring_compute, (x_ptr, out_ptr, cnt, bad, ring, ready, empty, layers, NA, NB, gap_ns, limit, L3, PRUNE,
+                         DEFER)),
         (_ring_loader, (w_desc, ring, ready, empty, layers, NA, NB)),
     ], [1], [24])
     for s in gl.static_range(S):
@@ -220,21 +229,26 @@ def chain_ring(w_desc, x_ptr, out_ptr, cnt, bad, layers, NA, NB, gap_ns, limit, 
 # does, and with waits pruned and publishes deferred to a program's last tile of a phase
 TRITON_FORMS = (("triton", 0, 0, 0), ("triton_pruned", 1, 0, 0), ("triton_deferred", 1, 1, 0),
                 ("triton_table", 1, 0, 1), ("triton_table_deferred", 1, 1, 1))
+# the ring: a wait per tile and a publish per tile, or waits pruned and publishes deferred as above
+RING_FORMS = (("gluon_ring", 0, 0), ("gluon_ring_deferred", 1, 1))
 
 def variants(ring_stages):
     out = [(name, 1, chain_triton, dict(num_warps=WARPS, num_stages=1, PRUNE=prune, DEFER=defer, TABLE=table))
            for name, prune, defer, table in TRITON_FORMS]
-    out += [("gluon_ring", s, chain_ring, dict(num_warps=WARPS, maxnreg=128)) for s in ring_stages]
+    out += [(name, s, chain_ring, dict(num_warps=WARPS, maxnreg=128, PRUNE=prune, DEFER=defer))
+            for name, prune, defer in RING_FORMS for s in ring_stages]
     return out
 
 
 def _aot(name, S, fn, opts):
     common = {"cnt": "*i32", "bad": "*i32", "layers": "i32", "NA": "i32", "NB": "i32", "gap_ns": "i64",
               "limit": "i32"}
-    if name == "gluon_ring":
+    if name.startswith("gluon_ring"):
+        forms = {c: opts[c] for c in ("PRUNE", "DEFER")}
+        opts = {o: v for o, v in opts.items() if o not in forms}
         sig = {"w_desc": W_DESC_TYPE, "x_ptr": "*fp16", "out_ptr": "*fp32", **common, "S": "constexpr",
-               "WARPS": "constexpr"}
-        return compile_sm90(fn, sig, {"S": S, "WARPS": WARPS}, opts, True)
+               "WARPS": "constexpr", **{c: "constexpr" for c in forms}}
+        return compile_sm90(fn, sig, {"S": S, "WARPS": WARPS, **forms}, opts, True)
     forms = {c: opts[c] for c in ("PRUNE", "DEFER", "TABLE")}
     opts = {o: v for o, v in opts.items() if o not in forms}
     sig = {"w_ptr": "*fp16", "x_ptr": "*fp16", "out_ptr": "*fp32", "tab_ptr": "*i32", **common, "K": "constexpr",
@@ -274,16 +288,17 @@ def run(args):
     rows = []
     for gap_us in args.gaps:
         for name, S, fn, opts in variants(args.stages):
-            for P in (args.ring_programs if name == "gluon_ring" else args.programs):
+            ring = name.startswith("gluon_ring")
+            for P in (args.ring_programs if ring else args.programs):
                 common = (cnt, bad, L, NA, NB, int(gap_us * 1000), LIMIT)
-                if name == "gluon_ring":
+                if ring:
                     launch = partial(fn[(P,)], desc, x, out, *common, S=S, WARPS=WARPS, **opts)
                 else:
                     launch = partial(fn[(P,)], w, x, out, tab, *common, K=K, R=R, **opts)
                 row = dict(variant=name, P=P, S=S, gap_us=gap_us, us_per_layer=None, ok=None, note="")
                 rows.append(row)
                 # every program must be resident at once (the waits would deadlock): judged before launching
-                if name == "gluon_ring" and -(-P // sms) * (S * TILE_BYTES + 4096) > SMEM_PER_SM:
+                if ring and -(-P // sms) * (S * TILE_BYTES + 4096) > SMEM_PER_SM:
                     row["note"] = f"not co-resident: {-(-P // sms)} programs/SM of {S} x 32 KB stages"
                     continue
 
