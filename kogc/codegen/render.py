@@ -33,7 +33,6 @@ def render(schedule: Schedule, kernel_name: str = KERNEL_NAME, interpret: bool =
         model=schedule.graph.meta.get("model", "model"), target=schedule.target.name,
         num_programs=schedule.num_programs, num_tasks=len(schedule.tasks), variants=schedule.variants,
         dispatch_variants=dispatch,
-        read_ahead=schedule.tile_config.read_ahead,
         nargs=T.NARGS, header=schedule.header, publish_twice=schedule.publishes_twice, A=ARG_NAMES,
         kernel_name=kernel_name, timer_asm=schedule.target.timer_asm,
         walign=weight_alignment(schedule), aalign=activation_alignment(schedule),

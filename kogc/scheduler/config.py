@@ -38,7 +38,6 @@ class TileConfig:
     mlp_pair_inputs: int = 1024       # W1 and W3 run as one task per (gate, up) row pair storing silu(gate) * up
                                       # where W2 would read at least this many inputs per row of its tile
                                       # (Llama-3.2-1B's 4096: -11%; laneformer-2b's 64: slower); 0: always
-    read_ahead: bool = False          # (experiment) each task reads the next task's header while its body runs
 
 
 def _pow2(x) -> bool:
