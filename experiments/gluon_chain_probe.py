@@ -43,7 +43,7 @@ from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared,
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gluon_stream_probe import (ALIGNED, B, C, K, R, SMEM_PER_SM, TILE_BYTES, W_DESC_TYPE, W_LAYOUT,  # noqa: E402
-                                WARPS, _usage, compile_sm90)
+                                WARPS, _usage, compile_sm90, new_ring, retire_ring)
 from hop_probe import _acquire_at_least, _now  # noqa: E402
 
 LIMIT = 1 << 20           # spins before a wait gives up (about a second)
@@ -207,21 +207,14 @@ def _ring_compute(x_ptr, out_ptr, cnt, bad, ring, ready, empty, layers, NA, NB, 
 @gluon.jit
 def chain_ring(w_desc, x_ptr, out_ptr, cnt, bad, layers, NA, NB, gap_ns, limit, S: gl.constexpr,
                WARPS: gl.constexpr, PRUNE: gl.constexpr, DEFER: gl.constexpr):
-    ring = gl.allocate_shared_memory(w_desc.dtype, [S] + w_desc.block_type.shape, w_desc.layout)
-    ready = gl.allocate_shared_memory(gl.int64, [S, 1], mbarrier.MBarrierLayout())
-    empty = gl.allocate_shared_memory(gl.int64, [S, 1], mbarrier.MBarrierLayout())
-    for s in gl.static_range(S):
-        mbarrier.init(ready.index(s), count=1)
-        mbarrier.init(empty.index(s), count=1)
+    ring, ready, empty = new_ring(w_desc, S)
     L3: gl.constexpr = gl.BlockedLayout([1, 1, 8], [1, 1, 32], [1, WARPS, 1], [2, 1, 0])
     gl.warp_specialize([
         (_ring_compute, (x_ptr, out_ptr, cnt, bad, ring, ready, empty, layers, NA, NB, gap_ns, limit, L3, PRUNE,
                          DEFER)),
         (_ring_loader, (w_desc, ring, ready, empty, layers, NA, NB)),
     ], [1], [24])
-    for s in gl.static_range(S):
-        mbarrier.invalidate(ready.index(s))
-        mbarrier.invalidate(empty.index(s))
+    retire_ring(ready, empty, S)
 
 
 # --------------------------------------------------------------------------- variants

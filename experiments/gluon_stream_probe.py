@@ -121,13 +121,28 @@ def _compute(x_ptr, out_ptr, ring, ready, empty, first, n, L3: gl.constexpr):
 
 
 @gluon.jit
-def gluon_ring_kernel(w_desc, x_ptr, out_ptr, tiles_per_prog, S: gl.constexpr, WARPS: gl.constexpr):
+def new_ring(w_desc, S: gl.constexpr):
+    """S shared-memory stages of the descriptor's tile, each with a barrier for filled (ready) and one
+    for free (empty)."""
     ring = gl.allocate_shared_memory(w_desc.dtype, [S] + w_desc.block_type.shape, w_desc.layout)
     ready = gl.allocate_shared_memory(gl.int64, [S, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [S, 1], mbarrier.MBarrierLayout())
     for s in gl.static_range(S):
         mbarrier.init(ready.index(s), count=1)
         mbarrier.init(empty.index(s), count=1)
+    return ring, ready, empty
+
+
+@gluon.jit
+def retire_ring(ready, empty, S: gl.constexpr):
+    for s in gl.static_range(S):
+        mbarrier.invalidate(ready.index(s))
+        mbarrier.invalidate(empty.index(s))
+
+
+@gluon.jit
+def gluon_ring_kernel(w_desc, x_ptr, out_ptr, tiles_per_prog, S: gl.constexpr, WARPS: gl.constexpr):
+    ring, ready, empty = new_ring(w_desc, S)
     first = gl.program_id(0) * tiles_per_prog
     # A warp reads 32 lanes x 8 fp16 = one 512 B chunk of a row; warps split the chunks.
     L3: gl.constexpr = gl.BlockedLayout([1, 1, 8], [1, 1, 32], [1, WARPS, 1], [2, 1, 0])
@@ -135,9 +150,7 @@ def gluon_ring_kernel(w_desc, x_ptr, out_ptr, tiles_per_prog, S: gl.constexpr, W
         (_compute, (x_ptr, out_ptr, ring, ready, empty, first, tiles_per_prog, L3)),
         (_tma_loader, (w_desc, ring, ready, empty, first, tiles_per_prog)),
     ], [1], [24])
-    for s in gl.static_range(S):
-        mbarrier.invalidate(ready.index(s))
-        mbarrier.invalidate(empty.index(s))
+    retire_ring(ready, empty, S)
 
 
 # --------------------------------------------------------------------------- the variants
