@@ -42,6 +42,8 @@ def render(schedule: Schedule, kernel_name: str = KERNEL_NAME, interpret: bool =
         scaled=int(schedule.tile_config.weights == "fp8"), esize=schedule.weight_esize,
         # (a prefetch changes no value: left out under the interpreter, which has no inline assembly)
         step_prefetch_elems=0 if interpret else step_prefetch_elements(schedule), token_keys=T.TOKEN_KEYS,
+        attn_prefetch=bool(schedule.target.l2_prefetch_asm) and not interpret,
+        kv_line=128 // (4 if schedule.dtype == "float32" else 2),
         npeer=schedule.ranks - 1, remote_bit=T.REMOTE_BIT,
         release_fence_asm="" if interpret else schedule.target.release_fence_asm,
         release_fence_sys_asm=schedule.target.release_fence_sys_asm,
