@@ -5,11 +5,16 @@ import os
 
 import pytest
 import torch
+from conftest import EXAMPLES
 
 from kogc.bench.sweep import parse_variants
 from kogc.cli import main
+from kogc.frontend import decode_step, to_ir
+from kogc.frontend.model_file import build_model
+from kogc.runtime.kernel import kv_cache_buffers
 
 MICRO = os.path.join(os.path.dirname(os.path.abspath(__file__)), "micro_laneformer.py")
+LLAMA = os.path.join(EXAMPLES, "llama.py")
 
 # runs the kernel under Triton's interpreter in this process: a CPU test (a process that runs GPU
 # kernels has imported Triton without the interpreter)
@@ -76,6 +81,11 @@ def test_sweep_bad_context(capsys):
     assert "--context must be comma-separated integers" in capsys.readouterr().err
     assert main(["sweep", MICRO, "--config", "micro", "--interpret", "--context", "120", "--steps", "50"]) == 2
     assert "do not fit the KV cache" in capsys.readouterr().err
+    # a cache whose buffers are not named *cache (a cache module's `k` and `v`): refused the same way, not
+    # an eager step past the cache's end
+    assert main(["sweep", LLAMA, "--config", "tiny", "--max-len", "32", "--interpret", "--context", "28",
+                 "--steps", "8"]) == 2
+    assert "do not fit the KV cache of 32" in capsys.readouterr().err
 
 
 def test_sweep_without_gpu_says_so(capsys):
@@ -99,3 +109,17 @@ def test_sweep_row_says_when_the_chained_launches_do_not_repeat():
     assert "vs the first variant" not in format_row(row)        # the first variant itself (0.0), or a row without
     row.update(ms_vs_first_variant=-0.026)
     assert "1.000 ms (-2.6% vs the first variant)," in format_row(row)
+
+
+@pytest.mark.parametrize("model_file,preset,names", [
+    (MICRO, "micro", ("k_cache", "v_cache")),
+    (LLAMA, "tiny", (".k", ".v")),                 # a cache module's buffers: not named *cache
+])
+def test_kv_caches_are_the_state_the_ir_reads(model_file, preset, names):
+    # what the sweep, the bench and the scaling bench fill with a random cache: every buffer the IR reads as
+    # state, whatever the model calls it
+    model = build_model(model_file, preset=preset)
+    caches = kv_cache_buffers(to_ir(decode_step(model)), model)
+    layers = sum(1 for n, _ in model.named_buffers() if n.endswith(names[0]))
+    assert layers >= 1 and len(caches) == 2 * layers
+    assert all(n.endswith(names) for n in caches)

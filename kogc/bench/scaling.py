@@ -22,7 +22,7 @@ def run_scaling(model_file: str, presets: list[str | None], contexts: list[int],
     floor_tok_per_s, of_floor}]}; `on_row(result)` after every row (to save what was measured)."""
     from ..api import compile as kogc_compile
     from ..frontend.model_file import build_model
-    from ..runtime.kernel import fill_kv_from
+    from ..runtime.kernel import fill_kv_from, kv_cache_buffers
 
     if not contexts or any(c < 0 for c in contexts):
         raise KogcError(f"--context must be one or more positions >= 0, got {contexts}")
@@ -45,10 +45,11 @@ def run_scaling(model_file: str, presets: list[str | None], contexts: list[int],
                             f"{ck.max_pos} positions")
         _say(f"{name}: {params / 1e6:.1f}M parameters, built and compiled in {time.perf_counter() - t0:.1f}s", quiet)
         gen = torch.Generator().manual_seed(seed + 1)
-        caches = [buf for n, buf in model.named_buffers() if n.endswith("cache")]
+        caches = list(kv_cache_buffers(ck.ir, model).values())
         for context in contexts:
             for buf in caches:
-                buf[:, :, :context].copy_(torch.randn(buf[:, :, :context].shape, generator=gen).to(buf.dtype))
+                rows = buf.narrow(-2, 0, context)
+                rows.copy_(torch.randn(rows.shape, generator=gen).to(buf.dtype))
             fill_kv_from(ck, model)
             ms = time_steps(lambda i: ck.launch(1 + i % 50, context + i), steps, reps, device,
                             warmup=0 if interpret else 3)

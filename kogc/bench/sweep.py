@@ -90,21 +90,29 @@ def run_sweep(model_file: str, preset: str | None, variants: str, contexts: list
     model = build_model(model_file, preset=preset, checkpoint=checkpoint, seed=seed, **(overrides or {}))
     dtype = next(model.parameters()).dtype
     ties, limit = tie_dtype(dtype), default_max_rel_err(dtype)
-    caches = [(name, buf) for name, buf in model.named_buffers() if name.endswith("cache")]
-    max_pos = min((buf.shape[2] for _, buf in caches), default=1 << 30)
     room = steps + (CHAIN if not interpret else 0) + 2
-    if max(contexts) + room > max_pos:
-        raise KogcError(f"context {max(contexts)} + {room} positions do not fit the KV cache of {max_pos}")
-    gen = torch.Generator().manual_seed(seed + 1)
-    fills = {c: [torch.randn(buf[:, :, :c].shape, generator=gen).to(buf.dtype) for _, buf in caches] for c in contexts}
+    fills: dict = {}     # context -> {cache buffer's name: its random rows}, from the first compiled kernel's IR
+
+    def random_caches(ck) -> None:
+        """The cache contents of every context (the same for every variant), once the caches are known."""
+        from ..runtime.kernel import kv_cache_buffers
+        if fills:
+            return
+        if max(contexts) + room > ck.max_pos:
+            raise KogcError(f"context {max(contexts)} + {room} positions do not fit the KV cache of {ck.max_pos}")
+        gen = torch.Generator().manual_seed(seed + 1)
+        caches = kv_cache_buffers(ck.ir, model)
+        for c in contexts:
+            fills[c] = {name: torch.randn(buf.narrow(-2, 0, c).shape, generator=gen).to(buf.dtype)
+                        for name, buf in caches.items()}
 
     def set_cache(context, module=None):     # these contents up to `context`, zeros after (the model's caches,
         # or a copy's), found by name: moving a module to a device and back replaces its buffers' tensors
         bufs = dict((model if module is None else module).named_buffers())
-        for (name, _), vals in zip(caches, fills[context]):
+        for name, vals in fills[context].items():
             buf = bufs[name]
             buf.zero_()
-            buf[:, :, :context].copy_(vals.to(buf.device))
+            buf.narrow(-2, 0, context).copy_(vals.to(buf.device))
 
     eager = {}       # eager's logits for TOKEN at each context, on the same cache, per weight format
 
@@ -145,6 +153,7 @@ def run_sweep(model_file: str, preset: str | None, variants: str, contexts: list
             _say(f"{json.dumps(v)}: FAILED {res['rows'][-1]['error']}", quiet, always=True)
             continue
         compile_s = time.perf_counter() - t0
+        random_caches(ck)
         weights = ck.schedule.tile_config.weights
         eager_logits(weights, ck.ir)
         for context in contexts:

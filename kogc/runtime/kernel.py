@@ -273,6 +273,14 @@ def _fp8_view(w, steps, name: str):
     return Fp8Weight(q.contiguous().view(w.q.dtype), s[..., 0].contiguous(), keep)
 
 
+def kv_cache_buffers(graph, module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The module's KV-cache buffers by name ([..., positions, head_dim]): those its IR reads as state. The
+    one definition of a cache: buffer names vary (the Laneformer's `k_cache`, a cache module's `k`,
+    transformers' `k_cache_0`)."""
+    names = {n.attrs["name"] for n in graph.nodes if n.op is Op.STATE}
+    return {name: buf for name, buf in module.named_buffers() if name in names}
+
+
 def fill_kv_from(ck: CompiledKernel, module: torch.nn.Module) -> None:
     """Copy the module's KV-cache buffers into the kernel's cache (same [L, kv, S, hd] layout)."""
     from ..frontend.views import derive_step
