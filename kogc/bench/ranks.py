@@ -52,15 +52,11 @@ def run_bench_ranks(model_file: str, preset: str | None, gpus: int, one_gpu: boo
 
     from ..api import compile as kogc_compile
     from ..frontend.model_file import build_model
-    from ..runtime.kernel import fill_kv_from
+    from ..runtime.kernel import fill_kv_from, kv_cache_buffers
 
     say = progress or (lambda msg: None)
     t0 = time.perf_counter()
     model = build_model(model_file, preset=preset, checkpoint=checkpoint, seed=seed, **(overrides or {}))
-    gen = torch.Generator().manual_seed(seed + 1)
-    for name, buf in model.named_buffers():
-        if name.endswith(("k_cache", "v_cache")):
-            buf[:, :, :context].copy_(torch.randn(buf[:, :, :context].shape, generator=gen).to(buf.dtype))
     options = dict(kogc_options or {})
     from ..check import ranks_on
     cfg = {"model_file": model_file, "preset": preset, "context": context, "steps": steps, "reps": reps, "gpus": gpus,
@@ -85,6 +81,10 @@ def run_bench_ranks(model_file: str, preset: str | None, gpus: int, one_gpu: boo
     say(f"compiling {gpus} ranks" + (" on one GPU" if one_gpu else ""))
     ck = kogc_compile(model, gpus=gpus, one_gpu=one_gpu, **options)
     kernels = _kernels(ck)
+    gen = torch.Generator().manual_seed(seed + 1)      # a random cache up to the context, for every stack
+    for buf in kv_cache_buffers(kernels[0].ir, model).values():
+        rows_ = buf.narrow(-2, 0, context)
+        rows_.copy_(torch.randn(rows_.shape, generator=gen).to(buf.dtype))
     floor_bytes = sum(bytes_per_token(k, context + steps // 2) for k in kernels)
     kogc_rows(ck, f"kogc {gpus} ranks")
     say("profiling one step of the ranks")
