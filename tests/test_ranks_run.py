@@ -22,3 +22,21 @@ def test_ranked_generation_gives_the_one_gpu_tokens():
         single.reset()
         ranked.reset()
         assert ranked.generate(prompt, n, **kw) == single.generate(prompt, n, **kw)
+
+
+def test_every_rank_reads_the_models_caches():
+    # the multi-GPU bench fills the model's caches found from the first rank's IR, then copies them into every
+    # rank: each rank's IR reads the same buffers, its own lanes of them
+    import torch
+    from kogc.bench.ranks import _kernels
+    from kogc.runtime.kernel import fill_kv_from, kv_cache_buffers
+    model = tiny(seed=4, num_hidden_layers=2)
+    ranked = kogc.compile(model, gpus=2, tile_config=ONE_SPLIT)
+    caches = kv_cache_buffers(_kernels(ranked)[0].ir, model)
+    assert sorted(caches) == sorted(n for n, _ in model.named_buffers() if n.endswith(("k_cache", "v_cache")))
+    for buf in caches.values():
+        buf.narrow(-2, 0, 3).copy_(torch.randn(buf.narrow(-2, 0, 3).shape))
+    for k in _kernels(ranked):
+        assert kv_cache_buffers(k.ir, model).keys() == caches.keys()
+        fill_kv_from(k, model)
+        assert k.buffers.KV.abs().sum() > 0
