@@ -157,6 +157,10 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--first-layers", type=int, default=0, metavar="N",
                    help="phases: also the step's first N layers with all lanes together, the weight rate per 5 us "
                         "and the step's tail")
+    a.add_argument("--place-with", metavar="JSON",
+                   help="replay: also the same tasks placed with these TileConfig fields over the profiled ones "
+                        "(e.g. '{\"place_latency_us\": 2.0}'), replayed with the profile's measured times: a "
+                        "placement ranked without a GPU")
     a.add_argument("--json", help="also write the results to this file")
     n = sub.add_parser("inspect", help="what the compiler made and where the time went (no GPU): summary, a "
                                        "task, a queue, a layer's graph, a profile's timeline, trace and roofline",
@@ -386,7 +390,7 @@ def cmd_analyze(args) -> int:
     res, text = analyze(args.analysis, args.task_times, latencies=_floats(args.latency_us, "--latency-us"),
                         first_layers_n=args.first_layers, model_file=args.model_file, preset=args.config,
                         checkpoint=args.checkpoint, lanes=args.lanes, tile_config=_tile_json(args),
-                        target=args.target, num_programs=args.programs)
+                        target=args.target, num_programs=args.programs, place_with=args.place_with)
     print(text)
     if args.json:
         _write_json(res, args.json)

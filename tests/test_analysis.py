@@ -213,6 +213,29 @@ def test_analyze_refuses_another_schedule_and_bad_files(stamps_file, tmp_path, c
         assert len(err) == 1 and err[0].startswith("kogc: error: ") and message in err[0], (argv, err)
 
 
+def test_replay_under_another_placement(stamps_file, tmp_path, capsys):
+    # the profiled tasks' times carried over to the same tasks placed otherwise: the profiled settings again
+    # replay to exactly the profiled placement's time; another placement to its own
+    path = stamps_file[0]
+    out = tmp_path / "p.json"
+    assert main(["analyze", "replay", path, "--place-with", '{"kind_us": {}}', "--json", str(out)]) == 0
+    p = json.loads(out.read_text())["placed_with"]
+    assert p["other_us"] == p["profiled_us"] and p["change"] == 0.0 and p["waits"][0] == p["waits"][1]
+    assert "placed with {'kind_us': {}}" in capsys.readouterr().out
+    assert main(["analyze", "replay", path, "--place-with", '{"place_latency_us": 3.0}', "--json", str(out)]) == 0
+    p = json.loads(out.read_text())["placed_with"]
+    assert p["tile_config"] == {"place_latency_us": 3.0} and p["other_us"] > 0 and p["other_us"] != p["profiled_us"]
+    capsys.readouterr()
+    for argv, message in [
+            (["analyze", "replay", path, "--place-with", '{"tile_bytes": 4096}'], "other tasks than the profiled"),
+            (["analyze", "chain", path, "--place-with", "{}"], "--place-with goes with replay"),
+            (["analyze", "replay", path, "--place-with", "[1]"], "a JSON object of TileConfig fields"),
+            (["analyze", "replay", path, "--place-with", "{"], "--place-with: not JSON")]:
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and message in err[0], (argv, err)
+
+
 def test_analyze_reads_files_without_a_record(stamps_file, tmp_path, capsys):
     # a file saved with ids and ts only: the schedule comes from the options
     _, s, ids, ts = stamps_file

@@ -3,16 +3,23 @@ the measured task times (as scheduled, the chain, perfect balance), what the cha
 layer's phases. Input: a task-times file (kogc.analysis.stamps)."""
 from __future__ import annotations
 
+import json
+
+from ..errors import KogcError
+
 from .phases import PHASES, first_layers, format_phases, layer_phases, phases_report, tail_spans, weight_rate
-from .replay import chain_composition, format_chain, format_replay, longest_path, measured_overheads, replay
+from .replay import (chain_composition, format_chain, format_replay, longest_path, measured_overheads, replay,
+                     replay_placement, same_tasks)
 from .stamps import body_us, check_fits, load_stamps, save_stamps, schedule_for
 
 ANALYSES = ("replay", "chain", "phases")
 
 
 def analyze(what: str, path: str, latencies: list[float] | None = None, first_layers_n: int = 0,
-            **schedule_args) -> tuple[dict, str]:
-    """One analysis of a task-times file: (results, text). schedule_args: see stamps.schedule_for."""
+            place_with: str | None = None, **schedule_args) -> tuple[dict, str]:
+    """One analysis of a task-times file: (results, text). schedule_args: see stamps.schedule_for.
+    place_with (replay only): TileConfig fields as JSON, over the profiled ones, for another placement of
+    the same tasks, replayed with the profile's times beside the profiled one."""
     from ..runtime.profile import format_summary, summarize_times
     if what not in ANALYSES:
         raise ValueError(f"unknown analysis {what!r}; known: {', '.join(ANALYSES)}")
@@ -20,9 +27,13 @@ def analyze(what: str, path: str, latencies: list[float] | None = None, first_la
     schedule = schedule_for(meta, **schedule_args)
     check_fits(schedule, ids, path)
     latencies = latencies or [1.0]
+    if place_with is not None and what != "replay":
+        raise KogcError("--place-with goes with replay")
     if what == "replay":
         summary = summarize_times(schedule, ids, ts)
         res = {"summary": summary, **replay(schedule, ids, ts, latencies)}
+        if place_with is not None:
+            res["placed_with"] = _placed_with(schedule, ids, ts, meta, place_with, schedule_args)
         return res, format_summary(summary) + "\n" + format_replay(res)
     if what == "chain":
         res = chain_composition(schedule, body_us(schedule, ids, ts), latencies[0])
@@ -31,7 +42,23 @@ def analyze(what: str, path: str, latencies: list[float] | None = None, first_la
     return res, format_phases(res)
 
 
+def _placed_with(schedule, ids, ts, meta: dict, place_with: str, schedule_args: dict) -> dict:
+    """replay_placement against the schedule of the profiled settings with place_with's fields over them."""
+    try:
+        fields = json.loads(place_with)
+    except json.JSONDecodeError as e:
+        raise KogcError(f"--place-with: not JSON: {e}") from None
+    if not isinstance(fields, dict):
+        raise KogcError(f"--place-with: a JSON object of TileConfig fields, got {place_with!r}")
+    base = json.loads(schedule_args.get("tile_config") or "null") or meta.get("tile_config") or {}
+    other = schedule_for(meta, **{**schedule_args, "tile_config": json.dumps({**base, **fields})})
+    if not same_tasks(schedule, other):
+        raise KogcError(f"--place-with {place_with}: other tasks than the profiled schedule's (tile sizes, splits "
+                        f"or kinds changed); a replay carries measured times over to another placement only")
+    return {"tile_config": fields, **replay_placement(schedule, other, ids, ts)}
+
+
 __all__ = ["ANALYSES", "PHASES", "analyze", "body_us", "chain_composition", "check_fits", "first_layers",
            "format_chain", "format_phases", "format_replay", "layer_phases", "load_stamps", "longest_path",
-           "measured_overheads", "phases_report", "replay", "save_stamps", "schedule_for", "tail_spans",
+           "measured_overheads", "phases_report", "replay", "replay_placement", "same_tasks", "save_stamps", "schedule_for", "tail_spans",
            "weight_rate"]

@@ -70,11 +70,11 @@ def chain_composition(schedule, task_us: list[float], latency_us: float) -> dict
             "per_kind": {k: {"tasks": n, "us": us} for k, (n, us) in sorted(kinds.items(), key=lambda kv: -kv[1][1])}}
 
 
-def measured_overheads(schedule, ids: np.ndarray, ts: np.ndarray) -> tuple[list[float], float]:
+def measured_overheads(schedule, ids: np.ndarray, ts: np.ndarray, other=None) -> tuple[list[float], float]:
     """Per task: the median wait segment (start to after its waits, us) of its (kind, has waits) group
     over the tasks whose producers had ended before they started (nothing to wait for; the median of
     all of those for a group with none); and the median notify (producer end to after the waits) of
-    the tasks that did wait."""
+    the tasks that did wait. With `other` (the same tasks placed otherwise), per task of `other`."""
     blocked, notify = wait_split(schedule, ids, ts)
     seg = (ts[:, 1] - ts[:, 0]) / 1e3
     groups: dict = defaultdict(list)
@@ -86,7 +86,7 @@ def measured_overheads(schedule, ids: np.ndarray, ts: np.ndarray) -> tuple[list[
     ready = seg[blocked == 0]
     fallback = float(np.median(ready)) if len(ready) else 0.0
     waited = notify[blocked > 0]
-    return ([med.get((kind_key(t), bool(t.waits)), fallback) for t in schedule.tasks],
+    return ([med.get((kind_key(t), bool(t.waits)), fallback) for t in (other or schedule).tasks],
             float(np.median(waited)) if len(waited) else 0.0)
 
 
@@ -107,6 +107,28 @@ def replay(schedule, ids: np.ndarray, ts: np.ndarray, latencies: list[float]) ->
                                "as_scheduled_us": longest_path(schedule, task_us, notify, True, over)[0]}}
 
 
+def same_tasks(a, b) -> bool:
+    """Whether two schedules hold the same tasks (kinds and exact producers, by id): placements of one
+    task graph, whose measured bodies carry over from one to the other."""
+    return len(a.tasks) == len(b.tasks) and all(
+        kind_key(x) == kind_key(y) and list(x.deps) == list(y.deps) for x, y in zip(a.tasks, b.tasks))
+
+
+def replay_placement(profiled, other, ids: np.ndarray, ts: np.ndarray) -> dict:
+    """The profiled step's tasks, with their measured bodies, start overheads and notify latency,
+    replayed in another placement's queues and waits (`other`: the same tasks, see same_tasks), beside
+    the profiled placement replayed the same way: a placement ranked on the CPU (kogc analyze replay
+    --place-with)."""
+    from .stamps import body_us
+    task_us = body_us(profiled, ids, ts)
+    over_a, notify = measured_overheads(profiled, ids, ts)
+    over_b, _ = measured_overheads(profiled, ids, ts, other)
+    a = longest_path(profiled, task_us, notify, True, over_a)[0]
+    b = longest_path(other, task_us, notify, True, over_b)[0]
+    return {"profiled_us": a, "other_us": b, "change": b / a - 1,
+            "waits": [sum(len(t.waits) for t in s.tasks) for s in (profiled, other)]}
+
+
 def format_replay(r: dict) -> str:
     lines = [f"{r['tasks']} tasks on {r['programs']} programs: measured step span {r['measured_span_us']:.1f} us; "
              f"all bodies / programs (perfect balance) {r['balanced_us']:.1f} us",
@@ -116,6 +138,10 @@ def format_replay(r: dict) -> str:
     w = r["with_overheads"]
     lines.append(f"as scheduled with the measured start overheads and notify ({w['notify_us']:.2f} us): "
                  f"{w['as_scheduled_us']:.1f} us")
+    if "placed_with" in r:
+        p = r["placed_with"]
+        lines.append(f"placed with {p['tile_config']}: {p['other_us']:.1f} us against {p['profiled_us']:.1f} "
+                     f"({p['change']:+.1%}); waits per step {p['waits'][1]} against {p['waits'][0]}")
     return "\n".join(lines)
 
 
