@@ -221,10 +221,12 @@ def test_replay_under_another_placement(stamps_file, tmp_path, capsys):
     assert main(["analyze", "replay", path, "--place-with", '{"kind_us": {}}', "--json", str(out)]) == 0
     p = json.loads(out.read_text())["placed_with"]
     assert p["other_us"] == p["profiled_us"] and p["change"] == 0.0 and p["waits"][0] == p["waits"][1]
+    assert p["programs_changed"] == 0
     assert "placed with {'kind_us': {}}" in capsys.readouterr().out
     assert main(["analyze", "replay", path, "--place-with", '{"place_latency_us": 3.0}', "--json", str(out)]) == 0
     p = json.loads(out.read_text())["placed_with"]
     assert p["tile_config"] == {"place_latency_us": 3.0} and p["other_us"] > 0 and p["other_us"] != p["profiled_us"]
+    assert 0 < p["programs_changed"] <= 4
     capsys.readouterr()
     for argv, message in [
             (["analyze", "replay", path, "--place-with", '{"tile_bytes": 4096}'], "other tasks than the profiled"),

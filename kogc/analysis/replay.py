@@ -126,7 +126,9 @@ def replay_placement(profiled, other, ids: np.ndarray, ts: np.ndarray) -> dict:
     a = longest_path(profiled, task_us, notify, True, over_a)[0]
     b = longest_path(other, task_us, notify, True, over_b)[0]
     return {"profiled_us": a, "other_us": b, "change": b / a - 1,
-            "waits": [sum(len(t.waits) for t in s.tasks) for s in (profiled, other)]}
+            "waits": [sum(len(t.waits) for t in s.tasks) for s in (profiled, other)],
+            "programs_changed": sum(qa != qb for qa, qb in zip(profiled.queues, other.queues))
+            + abs(len(profiled.queues) - len(other.queues))}
 
 
 def format_replay(r: dict) -> str:
@@ -141,7 +143,8 @@ def format_replay(r: dict) -> str:
     if "placed_with" in r:
         p = r["placed_with"]
         lines.append(f"placed with {p['tile_config']}: {p['other_us']:.1f} us against {p['profiled_us']:.1f} "
-                     f"({p['change']:+.1%}); waits per step {p['waits'][1]} against {p['waits'][0]}")
+                     f"({p['change']:+.1%}); {p['programs_changed']} of {r['programs']} programs' queues differ; "
+                     f"waits per step {p['waits'][1]} against {p['waits'][0]}")
     return "\n".join(lines)
 
 
