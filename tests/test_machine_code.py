@@ -74,3 +74,10 @@ def test_vector_bodies_load_wide(summaries):
 def test_publish_and_acquire_in_the_ptx(summaries):
     _, s = summaries["base"]
     assert s["has_acquire_load"] and s["has_release_atomic"] and s["bar_sync"] > 0
+
+
+def test_attention_asks_l2_for_its_cache_rows_before_the_wait(summaries):
+    # every build asks L2 for the next step's first tiles at a step's end; attention also for its split's
+    # first block of earlier cache rows (K and V), before its wait
+    base, attn = summaries["base"][1]["prefetch_l2"], summaries["attn64"][1]["prefetch_l2"]
+    assert base >= 1 and attn > base

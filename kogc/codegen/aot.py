@@ -298,6 +298,7 @@ def _summarise_ptx(ptx: str, s: dict) -> None:
     s["atom_release"] = sum(".release" in m or ".acq_rel" in m for _, m in atoms)
     s["bar_sync"] = len(re.findall(r"^\s*(?:@!?%\w+\s+)?bar(?:rier)?\.sync", ptx, re.M))
     s["fence"] = len(re.findall(r"^\s*fence\.", ptx, re.M))
+    s["prefetch_l2"] = len(re.findall(r"\bprefetch\.global\.L2\b", ptx))
     s["has_acquire_load"] = s["ld_global_acquire"] > 0 or s["atom_acquire"] > 0
     s["has_release_atomic"] = s["atom_release"] > 0
 
@@ -360,7 +361,7 @@ def disassembly_summary(artifacts) -> dict:
     """Summarise what ``compile_kernel`` produced. ``artifacts`` maps kind -> path (or text/bytes).
 
     cuda (from PTX): ld_global, ld_global_128, ld_global_bits {bits: count}, ld_global_acquire,
-      atom, atom_acquire, atom_release, st_global, bar_sync, fence, has_acquire_load,
+      atom, atom_acquire, atom_release, st_global, bar_sync, fence, prefetch_l2, has_acquire_load,
       has_release_atomic; from the cubin when the bundled tools exist: registers, stack_bytes,
       shared_bytes, local_bytes, sass_ldg, sass_ldg_128, spill_store_bytes, spill_load_bytes.
     hip (from AMDGCN): global_load, global_load_dwordx4, buffer_load(_dwordx4), s_waitcnt, atomics,
