@@ -231,8 +231,9 @@ def test_replay_under_another_placement(stamps_file, tmp_path, capsys):
     for argv, message in [
             (["analyze", "replay", path, "--place-with", '{"tile_bytes": 4096}'], "other tasks than the profiled"),
             (["analyze", "chain", path, "--place-with", "{}"], "--place-with goes with replay"),
-            (["analyze", "replay", path, "--place-with", "[1]"], "a JSON object of TileConfig fields"),
-            (["analyze", "replay", path, "--place-with", "{"], "--place-with: not JSON")]:
+            (["analyze", "replay", path, "--place-with", "[1]"], "must be a JSON object of TileConfig fields"),
+            (["analyze", "replay", path, "--place-with", '{"place_latency": 1}'], "place_latency"),
+            (["analyze", "replay", path, "--place-with", "{"], "tile config is not JSON")]:
         assert main(argv) == 2, argv
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and message in err[0], (argv, err)
