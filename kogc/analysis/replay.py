@@ -70,11 +70,12 @@ def chain_composition(schedule, task_us: list[float], latency_us: float) -> dict
             "per_kind": {k: {"tasks": n, "us": us} for k, (n, us) in sorted(kinds.items(), key=lambda kv: -kv[1][1])}}
 
 
-def measured_overheads(schedule, ids: np.ndarray, ts: np.ndarray, other=None) -> tuple[list[float], float]:
+def measured_overheads(schedule, ids: np.ndarray, ts: np.ndarray, others=()) -> tuple[list[float], ...]:
     """Per task: the median wait segment (start to after its waits, us) of its (kind, has waits) group
     over the tasks whose producers had ended before they started (nothing to wait for; the median of
     all of those for a group with none); and the median notify (producer end to after the waits) of
-    the tasks that did wait. With `other` (the same tasks placed otherwise), per task of `other`."""
+    the tasks that did wait. With `others` (the same tasks placed otherwise), also their per-task
+    lists, from the same medians: (per task, notify, per task of each of others...)."""
     blocked, notify = wait_split(schedule, ids, ts)
     seg = (ts[:, 1] - ts[:, 0]) / 1e3
     groups: dict = defaultdict(list)
@@ -86,8 +87,9 @@ def measured_overheads(schedule, ids: np.ndarray, ts: np.ndarray, other=None) ->
     ready = seg[blocked == 0]
     fallback = float(np.median(ready)) if len(ready) else 0.0
     waited = notify[blocked > 0]
-    return ([med.get((kind_key(t), bool(t.waits)), fallback) for t in (other or schedule).tasks],
-            float(np.median(waited)) if len(waited) else 0.0)
+    def per_task(s):
+        return [med.get((kind_key(t), bool(t.waits)), fallback) for t in s.tasks]
+    return (per_task(schedule), float(np.median(waited)) if len(waited) else 0.0, *map(per_task, others))
 
 
 def replay(schedule, ids: np.ndarray, ts: np.ndarray, latencies: list[float]) -> dict:
@@ -121,8 +123,7 @@ def replay_placement(profiled, other, ids: np.ndarray, ts: np.ndarray) -> dict:
     --place-with)."""
     from .stamps import body_us
     task_us = body_us(profiled, ids, ts)
-    over_a, notify = measured_overheads(profiled, ids, ts)
-    over_b, _ = measured_overheads(profiled, ids, ts, other)
+    over_a, notify, over_b = measured_overheads(profiled, ids, ts, (other,))
     a = longest_path(profiled, task_us, notify, True, over_a)[0]
     b = longest_path(other, task_us, notify, True, over_b)[0]
     return {"profiled_us": a, "other_us": b, "change": b / a - 1,

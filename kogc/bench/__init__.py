@@ -40,7 +40,7 @@ def run_bench(model_file: str, preset: str | None, context: int = 1024, steps: i
     profile, `task_times` (a path) also gets the profiled step's per-task stamps (kogc analyze)."""
     from ..api import compile as kogc_compile
     from ..frontend.model_file import build_model
-    from ..runtime.kernel import fill_kv_from, kv_cache_buffers
+    from ..runtime.kernel import fill_kv_from, kv_cache_buffers, randomize_kv
 
     device = "cpu" if interpret else "cuda"
     warmup = 0 if interpret else 3          # the interpreter has nothing to warm up: each launch is seconds
@@ -60,9 +60,7 @@ def run_bench(model_file: str, preset: str | None, context: int = 1024, steps: i
         raise ValueError(f"context {context} + {steps} steps does not fit the KV cache of {max_pos} positions")
     # a realistic cache: random keys and values up to `context`, the same for every stack
     gen = torch.Generator().manual_seed(seed + 1)
-    for buf in kv_cache_buffers(ck.ir, model).values():
-        rows = buf.narrow(-2, 0, context)
-        rows.copy_(torch.randn(rows.shape, generator=gen).to(buf.dtype))
+    randomize_kv(kv_cache_buffers(ck.ir, model), context, gen)
     fill_kv_from(ck, model)
     rows: list[Row] = []
     readings = [] if interpret else [read_bandwidth()]

@@ -52,7 +52,7 @@ def run_bench_ranks(model_file: str, preset: str | None, gpus: int, one_gpu: boo
 
     from ..api import compile as kogc_compile
     from ..frontend.model_file import build_model
-    from ..runtime.kernel import fill_kv_from, kv_cache_buffers
+    from ..runtime.kernel import fill_kv_from, kv_cache_buffers, randomize_kv
 
     say = progress or (lambda msg: None)
     t0 = time.perf_counter()
@@ -82,9 +82,7 @@ def run_bench_ranks(model_file: str, preset: str | None, gpus: int, one_gpu: boo
     ck = kogc_compile(model, gpus=gpus, one_gpu=one_gpu, **options)
     kernels = _kernels(ck)
     gen = torch.Generator().manual_seed(seed + 1)      # a random cache up to the context, for every stack
-    for buf in kv_cache_buffers(kernels[0].ir, model).values():
-        rows_ = buf.narrow(-2, 0, context)
-        rows_.copy_(torch.randn(rows_.shape, generator=gen).to(buf.dtype))
+    randomize_kv(kv_cache_buffers(kernels[0].ir, model), context, gen)
     floor_bytes = sum(bytes_per_token(k, context + steps // 2) for k in kernels)
     kogc_rows(ck, f"kogc {gpus} ranks")
     say("profiling one step of the ranks")

@@ -22,7 +22,7 @@ def run_scaling(model_file: str, presets: list[str | None], contexts: list[int],
     floor_tok_per_s, of_floor}]}; `on_row(result)` after every row (to save what was measured)."""
     from ..api import compile as kogc_compile
     from ..frontend.model_file import build_model
-    from ..runtime.kernel import fill_kv_from, kv_cache_buffers
+    from ..runtime.kernel import fill_kv_from, kv_cache_buffers, randomize_kv
 
     if not contexts or any(c < 0 for c in contexts):
         raise KogcError(f"--context must be one or more positions >= 0, got {contexts}")
@@ -45,11 +45,9 @@ def run_scaling(model_file: str, presets: list[str | None], contexts: list[int],
                             f"{ck.max_pos} positions")
         _say(f"{name}: {params / 1e6:.1f}M parameters, built and compiled in {time.perf_counter() - t0:.1f}s", quiet)
         gen = torch.Generator().manual_seed(seed + 1)
-        caches = list(kv_cache_buffers(ck.ir, model).values())
+        caches = kv_cache_buffers(ck.ir, model)
         for context in contexts:
-            for buf in caches:
-                rows = buf.narrow(-2, 0, context)
-                rows.copy_(torch.randn(rows.shape, generator=gen).to(buf.dtype))
+            randomize_kv(caches, context, gen)
             fill_kv_from(ck, model)
             ms = time_steps(lambda i: ck.launch(1 + i % 50, context + i), steps, reps, device,
                             warmup=0 if interpret else 3)

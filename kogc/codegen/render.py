@@ -9,7 +9,7 @@ import jinja2
 from ..fp8 import TRITON_TYPES
 from ..scheduler import Schedule
 from ..scheduler.tasks import stream_layout
-from ..scheduler.tile import heads_per_combine, next_pow2
+from ..scheduler.tile import ESIZE, heads_per_combine, next_pow2
 from ..scheduler import tasks as T
 
 KERNEL_NAME = "kogc_monokernel"
@@ -43,7 +43,7 @@ def render(schedule: Schedule, kernel_name: str = KERNEL_NAME, interpret: bool =
         # (a prefetch changes no value: left out under the interpreter, which has no inline assembly)
         step_prefetch_elems=0 if interpret else step_prefetch_elements(schedule), token_keys=T.TOKEN_KEYS,
         attn_prefetch=bool(schedule.target.l2_prefetch_asm) and not interpret,
-        kv_line=128 // (4 if schedule.dtype == "float32" else 2),
+        kv_line=128 // ESIZE[schedule.dtype],        # KV-cache elements per 128-byte line (the activations' dtype)
         npeer=schedule.ranks - 1, remote_bit=T.REMOTE_BIT,
         release_fence_asm="" if interpret else schedule.target.release_fence_asm,
         release_fence_sys_asm=schedule.target.release_fence_sys_asm,

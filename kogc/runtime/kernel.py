@@ -281,6 +281,14 @@ def kv_cache_buffers(graph, module: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {name: buf for name, buf in module.named_buffers() if name in names}
 
 
+def randomize_kv(caches: dict[str, torch.Tensor], context: int, gen: torch.Generator) -> None:
+    """Random keys and values (standard normal, drawn from `gen`) in positions 0..context-1 of these
+    caches (kv_cache_buffers): the realistic cache every benchmark times its stacks on."""
+    for buf in caches.values():
+        rows = buf.narrow(-2, 0, context)
+        rows.copy_(torch.randn(rows.shape, generator=gen).to(buf.dtype))
+
+
 def fill_kv_from(ck: CompiledKernel, module: torch.nn.Module) -> None:
     """Copy the module's KV-cache buffers into the kernel's cache (same [L, kv, S, hd] layout)."""
     from ..frontend.views import derive_step
