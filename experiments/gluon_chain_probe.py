@@ -73,13 +73,18 @@ def _gap(cnt, layer, NB, gap_ns, bad, limit):
 
 @triton.jit
 def chain_triton(w_ptr, x_ptr, out_ptr, tab_ptr, cnt, bad, layers, NA, NB, gap_ns, limit, K: tl.constexpr,
-                 R: tl.constexpr, PRUNE: tl.constexpr, DEFER: tl.constexpr, TABLE: tl.constexpr):
+                 R: tl.constexpr, PRUNE: tl.constexpr, DEFER: tl.constexpr, TABLE: tl.constexpr,
+                 SLICES: tl.constexpr):
     """PRUNE: a program waits for a phase's dependency before its first tile of the phase only (the kernel
     drops waits its program already knows satisfied). DEFER: a program publishes once per phase, after its
     last tile, adding its number of tiles, instead of a barrier, fence and atomic after every tile (no
     consumer waits longer: each needs every tile of the phase). TABLE: as the kernel's tasks, each reads its
-    row of a table (kept in L2) before it can address its tile, and its input vector after its wait."""
+    row of a table (kept in L2) before it can address its tile, and its input vector after its wait.
+    SLICES > 0: phase B split over its inputs (W2 as split-K): A's tiles publish to one of SLICES counters
+    (tile i to slice i * SLICES // NA) and B's tile j waits only for its slice j * SLICES // NB of A (once
+    per slice a program meets); SLICES < 0: B does not wait for A at all (the bound of any such split)."""
     p = tl.program_id(0)
+    slice_cnt = cnt + layers * 3 * 32
     P = tl.num_programs(0)
     k = tl.arange(0, K)
     rows = tl.arange(0, R)
@@ -96,7 +101,15 @@ def chain_triton(w_ptr, x_ptr, out_ptr, tab_ptr, cnt, bad, layers, NA, NB, gap_n
                 else:
                     row0 = (base + i).to(tl.int64) * R
                 w = tl.load(w_ptr + (row0 + rows[:, None]) * K + k[None, :])     # before the wait
-                if (PRUNE == 0) or (i == p):
+                if SLICES != 0:
+                    if ph == 0:
+                        if i == p:
+                            _wait(cnt + (layer * 3 + GAP) * 32, 1, bad, limit)
+                    elif SLICES > 0:
+                        sl = i * SLICES // NB
+                        if (i == p) or (sl != (i - P) * SLICES // NB):
+                            _wait(slice_cnt + (layer * SLICES + sl) * 32, NA // SLICES, bad, limit)
+                elif (PRUNE == 0) or (i == p):
                     if ph == 0:
                         _wait(cnt + (layer * 3 + GAP) * 32, 1, bad, limit)
                     else:
@@ -108,12 +121,66 @@ def chain_triton(w_ptr, x_ptr, out_ptr, tab_ptr, cnt, bad, layers, NA, NB, gap_n
                 tl.store(out_ptr + row0 + rows, tl.sum(w.to(tl.float32) * xin[None, :], axis=1))
                 if DEFER == 0:
                     tl.debug_barrier()
-                    tl.atomic_add(cnt + (layer * 3 + PHASE_A + ph) * 32, 1, sem="release", scope="gpu")
+                    if (SLICES > 0) and (ph == 0):
+                        tl.atomic_add(slice_cnt + (layer * SLICES + i * SLICES // NA) * 32, 1, sem="release",
+                                      scope="gpu")
+                    else:
+                        tl.atomic_add(cnt + (layer * 3 + PHASE_A + ph) * 32, 1, sem="release", scope="gpu")
             if DEFER:
                 mine = (n - p + P - 1) // P
                 if mine > 0:
                     tl.debug_barrier()
                     tl.atomic_add(cnt + (layer * 3 + PHASE_A + ph) * 32, mine, sem="release", scope="gpu")
+
+
+@triton.jit
+def chain_ahead(w_ptr, x_ptr, out_ptr, tab_ptr, cnt, bad, layers, NA, NB, gap_ns, limit, K: tl.constexpr,
+                R: tl.constexpr, AHEAD: tl.constexpr):
+    """The table form, pruned, software-pipelined across tasks: each task reads the next task's table row
+    while it runs (as the kernel's read-ahead did), and loads the next tile into the registers its own
+    tile frees: AHEAD 0 after its publish, AHEAD 1 after its products, before its store and publish (the
+    next tile streams through the publish's barrier and fence)."""
+    p = tl.program_id(0)
+    P = tl.num_programs(0)
+    k = tl.arange(0, K)
+    rows = tl.arange(0, R)
+    layer = 0
+    ph = 0
+    i = p
+    row0 = tl.load(tab_ptr + i, eviction_policy="evict_last").to(tl.int64) * R
+    w = tl.load(w_ptr + (row0 + rows[:, None]) * K + k[None, :])
+    while layer < layers:
+        n = tl.where(ph == 0, NA, NB)
+        ni = i + P
+        nph = ph
+        nl = layer
+        if ni >= n:
+            ni = p
+            nph = 1 - ph
+            nl = layer + ph
+        more = nl < layers
+        nrow = tl.load(tab_ptr + nl * (NA + NB) + nph * NA + ni, mask=more, other=0, eviction_policy="evict_last")
+        nrow0 = nrow.to(tl.int64) * R
+        if i == p:
+            if ph == 0:
+                if p == 0:
+                    _gap(cnt, layer, NB, gap_ns, bad, limit)
+                _wait(cnt + (layer * 3 + GAP) * 32, 1, bad, limit)
+            else:
+                _wait(cnt + (layer * 3 + PHASE_A) * 32, NA, bad, limit)
+        xin = tl.load(x_ptr + k).to(tl.float32)
+        acc = tl.sum(w.to(tl.float32) * xin[None, :], axis=1)
+        if AHEAD == 1:
+            w = tl.load(w_ptr + (nrow0 + rows[:, None]) * K + k[None, :], mask=more, other=0.0)
+        tl.store(out_ptr + row0 + rows, acc)
+        tl.debug_barrier()
+        tl.atomic_add(cnt + (layer * 3 + PHASE_A + ph) * 32, 1, sem="release", scope="gpu")
+        if AHEAD == 0:
+            w = tl.load(w_ptr + (nrow0 + rows[:, None]) * K + k[None, :], mask=more, other=0.0)
+        row0 = nrow0
+        i = ni
+        ph = nph
+        layer = nl
 
 
 # --------------------------------------------------------------------------- (b) Gluon, a TMA ring
@@ -222,12 +289,18 @@ def chain_ring(w_desc, x_ptr, out_ptr, cnt, bad, layers, NA, NB, gap_ns, limit, 
 # does, and with waits pruned and publishes deferred to a program's last tile of a phase
 TRITON_FORMS = (("triton", 0, 0, 0), ("triton_pruned", 1, 0, 0), ("triton_deferred", 1, 1, 0),
                 ("triton_table", 1, 0, 1), ("triton_table_deferred", 1, 1, 1))
+# phase B split over its inputs: the table form, pruned, B's tiles waiting for their slice of A (or not at all)
+SPLIT_FORMS = tuple((f"triton_table_split{n}" if n > 0 else "triton_table_nowait", n) for n in (4, 8, 16, -1))
 # the ring: a wait per tile and a publish per tile, or waits pruned and publishes deferred as above
 RING_FORMS = (("gluon_ring", 0, 0), ("gluon_ring_deferred", 1, 1))
 
 def variants(ring_stages):
-    out = [(name, 1, chain_triton, dict(num_warps=WARPS, num_stages=1, PRUNE=prune, DEFER=defer, TABLE=table))
+    out = [(name, 1, chain_triton, dict(num_warps=WARPS, num_stages=1, PRUNE=prune, DEFER=defer, TABLE=table,
+                                        SLICES=0))
            for name, prune, defer, table in TRITON_FORMS]
+    out += [(name, 1, chain_triton, dict(num_warps=WARPS, num_stages=1, PRUNE=1, DEFER=0, TABLE=1, SLICES=n))
+            for name, n in SPLIT_FORMS]
+    out += [(f"triton_ahead{a}", 1, chain_ahead, dict(num_warps=WARPS, num_stages=1, AHEAD=a)) for a in (0, 1)]
     out += [(name, s, chain_ring, dict(num_warps=WARPS, maxnreg=128, PRUNE=prune, DEFER=defer))
             for name, prune, defer in RING_FORMS for s in ring_stages]
     return out
@@ -242,7 +315,7 @@ def _aot(name, S, fn, opts):
         sig = {"w_desc": W_DESC_TYPE, "x_ptr": "*fp16", "out_ptr": "*fp32", **common, "S": "constexpr",
                "WARPS": "constexpr", **{c: "constexpr" for c in forms}}
         return compile_sm90(fn, sig, {"S": S, "WARPS": WARPS, **forms}, opts, True)
-    forms = {c: opts[c] for c in ("PRUNE", "DEFER", "TABLE")}
+    forms = {c: opts[c] for c in ("PRUNE", "DEFER", "TABLE", "SLICES", "AHEAD") if c in opts}
     opts = {o: v for o, v in opts.items() if o not in forms}
     sig = {"w_ptr": "*fp16", "x_ptr": "*fp16", "out_ptr": "*fp32", "tab_ptr": "*i32", **common, "K": "constexpr",
            "R": "constexpr",
@@ -274,13 +347,15 @@ def run(args):
     ref = torch.cat([blk.float() @ x.float() for blk in w.split(1 << 16)])
     out = torch.empty(n_rows, device=dev, dtype=torch.float32)
     tab = torch.arange(n_tiles, device=dev, dtype=torch.int32)      # tile i's row says tile i
-    cnt = torch.zeros(L * 3 * 32, device=dev, dtype=torch.int32)
+    cnt = torch.zeros(L * (3 + 16) * 32, device=dev, dtype=torch.int32)    # 3 a layer, then up to 16 slices
     bad = torch.zeros(1, device=dev, dtype=torch.int32)
     desc = TensorDescriptor(w.view(n_rows, C, B), [n_rows, C, B], [K, B, 1], [R, C, B], W_LAYOUT)
     layer_bytes = (NA + NB) * TILE_BYTES
     rows = []
     for gap_us in args.gaps:
         for name, S, fn, opts in variants(args.stages):
+            if args.forms and name not in args.forms:
+                continue
             ring = name.startswith("gluon_ring")
             for P in (args.ring_programs if ring else args.programs):
                 common = (cnt, bad, L, NA, NB, int(gap_us * 1000), LIMIT)
@@ -310,8 +385,13 @@ def run(args):
                 torch.cuda.synchronize()
                 err = ((out - ref).abs().max() / ref.abs().max()).item()
                 # each task counted once: a count off would let a phase start before its producers
-                counts = cnt.view(L, 3, 32)[:, :, 0].cpu()
-                counted = bool((counts[:, GAP.value] == 1).all() and (counts[:, PHASE_A.value] == NA).all()
+                counts = cnt[:L * 3 * 32].view(L, 3, 32)[:, :, 0].cpu()
+                n_sl = opts.get("SLICES", 0)
+                if n_sl > 0:
+                    a_counts = cnt[L * 3 * 32:L * (3 + n_sl) * 32].view(L, n_sl, 32)[:, :, 0].sum(1).cpu()
+                else:
+                    a_counts = counts[:, PHASE_A.value]
+                counted = bool((counts[:, GAP.value] == 1).all() and (a_counts == NA).all()
                                and (counts[:, PHASE_B.value] == NB).all())
                 row.update(rel_err=err, gave_up=int(bad.item()), counts_ok=counted,
                            ok=bool(err <= 1e-3 and bad.item() == 0 and counted))
@@ -356,6 +436,7 @@ if __name__ == "__main__":
     ap.add_argument("--programs", type=int, nargs="+", default=[132, 264, 396], help="the register form's grids")
     ap.add_argument("--ring-programs", type=int, nargs="+", default=[132, 264])
     ap.add_argument("--stages", type=int, nargs="*", default=[2, 3, 6], help="the ring's stages (none: no ring)")
+    ap.add_argument("--forms", nargs="*", default=None, help="only these variants (default: all)")
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--iters", type=int, default=5)
     a = ap.parse_args()
