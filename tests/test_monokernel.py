@@ -80,7 +80,11 @@ def test_tensor_core_attention_is_chosen_where_it_applies():
     def impls(tile_config=None, **model):
         s = build_schedule(to_ir(tiny(**model)), H200, "sequential", tile_config)
         return {(v[5], v[6]) for v in s.variants if v[0] == "attention"}
-    assert impls(hidden_size=128, dtype=torch.float16) == {(64, "dot")}
+    assert impls(hidden_size=128, dtype=torch.float16) == {(128, "dot")}                # head_dim 16: at most 128
+    assert impls(hidden_size=512, dtype=torch.float16) == {(128, "dot")}                # head_dim 64: 16 KB of keys
+    assert impls(hidden_size=1024, dtype=torch.float16) == {(64, "dot")}                # head_dim 128
+    # where the last split combines (an attention output wider than attn_combine_width), 64 at most
+    assert impls(TileConfig(attn_combine_width=64), hidden_size=512, dtype=torch.float16) == {(64, "dot")}
     assert impls(hidden_size=128) == {(16, "reduce")}                              # fp32 cache: exact
     assert impls(dtype=torch.float16) == {(16, "reduce")}                          # head_dim 8 < 16
     assert impls(TileConfig(attn_block=8), hidden_size=128, dtype=torch.float16) == {(8, "reduce")}

@@ -17,8 +17,9 @@ class TileConfig:
     attn_splits: int = 0              # splits of the positions 0..pos per (lane, KV head), each cdiv(pos+1, splits);
                                       # 0: attention_splits() (16 for every preset; fewer only where Wo combines and
                                       # 16 splits' partials exceed a tile)
-    attn_block: int = 0               # positions per inner step of attention; 0: 64 with tl.dot, 16 with the
-                                      # broadcast-product form (the best measured of 16/32/64 for each)
+    attn_block: int = 0               # positions per inner step of attention; 0: with tl.dot 16 KB of keys
+                                      # (head_dim 128: 64, head_dim 64: 128), at most 64 where the last split
+                                      # combines (tile.attention_impl); 16 with the broadcast-product form
     elem_block: int = 2048            # rows per elementwise task
     cost_context: int = 1024          # context length the cost model assumes for attention
     lane_group_stagger: float = 2.0   # placement: rank the upper half of the lanes this many fused ops later:

@@ -330,11 +330,11 @@ def _tile_attention(op, by, lay, val, new, cfg, es, lanes_of):
     # (query heads per KV head and per lane need not be powers of two: they are masked rows)
     for what, x in (("head_dim", hd), ("attention splits", cfg.attn_splits)):
         _pow2(x, what, op)
-    impl, block = attention_impl(cfg, g, hd, es)
+    last = last_split_combines(cfg, K)
+    impl, block = attention_impl(cfg, g, hd, es, last)
     ns = cfg.attn_splits
     per_lane = ns * K + 2 * ns * nq
     lay.alloc(f"{op.node}.partials", "f32", per_lane, op.lanes)
-    last = last_split_combines(cfg, K)
     if last:
         # o itself, written by whichever split of its KV head finishes last (so every split declares the
         # write: the consumer waits for all of them), and one arrival counter (int32) per KV head
@@ -375,15 +375,29 @@ def heads_per_combine(group: int, head_dim: int) -> int:
     return max(h for h in range(1, group + 1) if group % h == 0 and next_pow2(h * head_dim) <= lanes)
 
 
-def attention_impl(cfg: TileConfig, group: int, head_dim: int, esize: int) -> tuple[str, int]:
+# tl.dot attention's block where the output projection combines the splits: K and V tiles of 8,192
+# elements each, so head_dim 64 runs 128 positions a block (laneformer-0.5b -2.3% at contexts 1024 and
+# 4096 against 64: at 1024 a split holds 65 positions, one block instead of two) and head_dim 128 runs 64.
+# Where the last split combines (one-lane models), 64: a 128-position block there measured -0.5% at 1024
+# and +1.2% at 4096 (Llama-3.2-1B's shapes; docs/design.md)
+DOT_BLOCK_ELEMS = 8192
+DOT_BLOCK_POSITIONS = 128
+DOT_BLOCK_LAST_COMBINES = 64
+
+
+def attention_impl(cfg: TileConfig, group: int, head_dim: int, esize: int, last_combines: bool = False
+                   ) -> tuple[str, int]:
     """(implementation, positions per block) for attention. "dot": tl.dot with the query group padded to
     16 rows, QK^T with fp32 accumulation and P rounded to the cache's 16-bit dtype for P.V (as
     FlashAttention does; measured -8% at context 1024, -17% at 4096 against fp32 P.V), wherever it
     applies: a 16-bit cache, head_dim >= 16, <= 16 query heads per KV head, blocks of >= 16 positions.
-    "reduce" (broadcast products in fp32, exact) elsewhere. Block 0: 64 for dot, 16 for reduce."""
+    "reduce" (broadcast products in fp32, exact) elsewhere. Block 0: for dot, 16 KB of keys (8,192 elements:
+    64 positions of head_dim 128, 128 of head_dim 64; at most 128 positions), or 64 positions at most where
+    the last split combines (`last_combines`); for reduce 16."""
     dot = esize == 2 and head_dim >= 16 and group <= 16 and (cfg.attn_block == 0 or cfg.attn_block >= 16)
     impl = "dot" if dot else "reduce"
-    return impl, cfg.attn_block or (64 if dot else 16)
+    most = DOT_BLOCK_LAST_COMBINES if last_combines else DOT_BLOCK_POSITIONS
+    return impl, cfg.attn_block or (min(most, DOT_BLOCK_ELEMS // head_dim) if dot else 16)
 
 
 def _term_reads(term, l, L, lay, r0, rows):
