@@ -70,31 +70,22 @@ def _ready_wait(FLAG):
 
 
 @triton.jit
-def ffma_fp8(W, S, X, OUT, T, NT, FLAG, K: tl.constexpr, R: tl.constexpr):
+def ffma(W, S, X, OUT, T, NT, FLAG, K: tl.constexpr, R: tl.constexpr, SCALED: tl.constexpr):
+    """kogc's matvec: the tile loaded flat before the wait, reshaped, widened to fp32, times x, summed per
+    row; SCALED (FP8): times each row's scale, loaded with the tile."""
     p = tl.program_id(0)
     P = tl.num_programs(0)
     rows = tl.arange(0, R)
     for i in range(T):
         t = (p + i * P) % NT
         w = tl.load(W + t.to(tl.int64) * (R * K) + tl.arange(0, R * K), eviction_policy="evict_first")
-        s = tl.load(S + t * R + rows)
+        if SCALED:
+            s = tl.load(S + t * R + rows)
+        else:
+            s = 1.0
         _ready_wait(FLAG)
         x = tl.load(X + tl.arange(0, K)).to(tl.float32)
         acc = tl.sum(tl.reshape(w, [R, K]).to(tl.float32) * x[None, :], 1) * s
-        tl.store(OUT + t * R + rows, acc)
-
-
-@triton.jit
-def ffma_fp16(W, S, X, OUT, T, NT, FLAG, K: tl.constexpr, R: tl.constexpr):
-    p = tl.program_id(0)
-    P = tl.num_programs(0)
-    rows = tl.arange(0, R)
-    for i in range(T):
-        t = (p + i * P) % NT
-        w = tl.load(W + t.to(tl.int64) * (R * K) + tl.arange(0, R * K), eviction_policy="evict_first")
-        _ready_wait(FLAG)
-        x = tl.load(X + tl.arange(0, K)).to(tl.float32)
-        acc = tl.sum(tl.reshape(w, [R, K]).to(tl.float32) * x[None, :], 1)
         tl.store(OUT + t * R + rows, acc)
 
 
@@ -164,12 +155,11 @@ def compile_only():
 
 def kernels():
     common = {"OUT": "*fp32", "T": "i32", "NT": "i32", "FLAG": "*i32"}
+    cx = {"K": "constexpr", "R": "constexpr", "SCALED": "constexpr"}
     return [
-        ("ffma", ffma_fp8, {"W": "*fp8e4nv", "S": "*fp32", "X": "*fp16", **common, "K": "constexpr", "R": "constexpr"},
-         {"K": K, "R": R8}),
+        ("ffma", ffma, {"W": "*fp8e4nv", "S": "*fp32", "X": "*fp16", **common, **cx}, {"K": K, "R": R8, "SCALED": 1}),
         ("mma", mma_fp8, {"W": "*i32", "S": "*fp32", "X": "*i32", **common, "C": "constexpr"}, {"C": C}),
-        ("fp16", ffma_fp16, {"W": "*fp16", "S": "*fp32", "X": "*fp16", **common, "K": "constexpr", "R": "constexpr"},
-         {"K": K, "R": R16}),
+        ("fp16", ffma, {"W": "*fp16", "S": "*fp32", "X": "*fp16", **common, **cx}, {"K": K, "R": R16, "SCALED": 0}),
     ]
 
 
