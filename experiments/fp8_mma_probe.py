@@ -27,7 +27,6 @@ relative error; out is NaN-filled first.
 """
 import argparse
 import json
-import statistics
 import os
 import sys
 
@@ -35,7 +34,7 @@ import triton
 import triton.language as tl
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gluon_stream_probe import ALIGNED, _usage, compile_sm90  # noqa: E402
+from gluon_stream_probe import ALIGNED, _usage, compile_sm90, median_launch_us  # noqa: E402
 
 K = 2048
 R8 = 16                   # FP8 rows per 32 KB tile
@@ -205,16 +204,7 @@ def run(args):
                 n_out = min(NT, P * T) * rpt
                 got, want = out[:n_out], ref[:n_out]
                 err = ((got - want).abs().max() / want.abs().max()).item()
-                times = []
-                for it in range(args.warmup + args.iters):
-                    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                    e0.record()
-                    run1()
-                    e1.record()
-                    e1.synchronize()
-                    if it >= args.warmup:
-                        times.append(e0.elapsed_time(e1) * 1e3)
-                us = statistics.median(times)
+                us = median_launch_us(run1, args.warmup, args.iters)
                 row = dict(tiles=tiles_name, form=name, P=P, tiles_per_program=T, us=us,
                            us_per_tile=us / T, GBps=P * T * 32768 / (us * 1e-6) / 1e9, rel_err=err)
                 rows.append(row)

@@ -31,7 +31,6 @@ every phase counter for counting each task once.
 import argparse
 import json
 import os
-import statistics
 import sys
 from functools import partial
 
@@ -43,7 +42,8 @@ from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared,
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gluon_stream_probe import (ALIGNED, B, C, K, R, SMEM_PER_SM, TILE_BYTES, W_DESC_TYPE, W_LAYOUT,  # noqa: E402
-                                WARPS, _usage, compile_sm90, new_ring, retire_ring)
+                                WARPS, _usage, compile_sm90, median_launch_us, new_ring,
+                                retire_ring)
 from hop_probe import _acquire_at_least, _now  # noqa: E402
 
 LIMIT = 1 << 20           # spins before a wait gives up (about a second)
@@ -398,18 +398,8 @@ def run(args):
                 if not row["ok"]:
                     row["note"] = f"wrong: max rel err {err:.3g}, {int(bad.item())} waits gave up, counts ok: {counted}"
                     continue
-                times = []
-                for it in range(args.warmup + args.iters):
-                    cnt.zero_()
-                    bad.zero_()
-                    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                    a.record()
-                    launch()
-                    b.record()
-                    b.synchronize()
-                    if it >= args.warmup:
-                        times.append(a.elapsed_time(b) * 1e3)
-                row["us_per_layer"] = statistics.median(times) / L
+                row["us_per_layer"] = median_launch_us(launch, args.warmup, args.iters,
+                                                       reset=lambda: (cnt.zero_(), bad.zero_())) / L
                 row["weight_TBps"] = layer_bytes / (row["us_per_layer"] * 1e-6) / 1e12
                 print(json.dumps(row), flush=True)
     print(f"{props.name}: {L} layers of {NA} + {NB} tiles ({layer_bytes / 1e6:.1f} MB a layer: "

@@ -175,6 +175,24 @@ def compile_sm90(fn, sig: dict, constexprs: dict, opts: dict, gluon: bool, attrs
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=opts)
 
 
+def median_launch_us(launch, warmup: int, iters: int, reset=None) -> float:
+    """Median device time of `launch()` in us over `iters` launches after `warmup` (CUDA events around
+    each; `reset()` before each launch, outside the timing)."""
+    import torch
+    times = []
+    for it in range(warmup + iters):
+        if reset is not None:
+            reset()
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        launch()
+        b.record()
+        b.synchronize()
+        if it >= warmup:
+            times.append(a.elapsed_time(b) * 1e3)
+    return statistics.median(times)
+
+
 def _aot(name, S, fn, opts):
     if name == "gluon_tma":
         sig = {"w_desc": W_DESC_TYPE, "x_ptr": "*fp16", "out_ptr": "*fp32", "tiles_per_prog": "i32",
@@ -255,17 +273,7 @@ def run(args):
             if not row["ok"]:
                 row["note"] = f"wrong result: max rel err {err:.3g}"
                 continue
-            for _ in range(args.warmup):
-                launch()
-            times = []
-            for _ in range(args.iters):
-                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                a.record()
-                launch()
-                b.record()
-                b.synchronize()
-                times.append(a.elapsed_time(b) / 1e3)
-            row["seconds"] = statistics.median(times)
+            row["seconds"] = median_launch_us(launch, args.warmup, args.iters) / 1e6
             row["GBps"] = P * T * TILE_BYTES / row["seconds"] / 1e9
 
     print(f"{props.name}, {sms} SMs, {n_tiles * TILE_BYTES / 2**30:.2f} GiB of weights")

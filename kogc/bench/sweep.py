@@ -95,7 +95,7 @@ def run_sweep(model_file: str, preset: str | None, variants: str, contexts: list
 
     def random_caches(ck) -> None:
         """The cache contents of every context (the same for every variant), once the caches are known."""
-        from ..runtime.kernel import kv_cache_buffers
+        from ..runtime.kernel import kv_cache_buffers, random_kv_rows
         if fills:
             return
         if max(contexts) + room > ck.max_pos:
@@ -103,8 +103,7 @@ def run_sweep(model_file: str, preset: str | None, variants: str, contexts: list
         gen = torch.Generator().manual_seed(seed + 1)
         caches = kv_cache_buffers(ck.ir, model)
         for c in contexts:
-            fills[c] = {name: torch.randn(buf.narrow(-2, 0, c).shape, generator=gen).to(buf.dtype)
-                        for name, buf in caches.items()}
+            fills[c] = random_kv_rows(caches, c, gen)
 
     def set_cache(context, module=None):     # these contents up to `context`, zeros after (the model's caches,
         # or a copy's), found by name: moving a module to a device and back replaces its buffers' tensors

@@ -281,12 +281,18 @@ def kv_cache_buffers(graph, module: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {name: buf for name, buf in module.named_buffers() if name in names}
 
 
+def random_kv_rows(caches: dict[str, torch.Tensor], context: int, gen: torch.Generator) -> dict[str, torch.Tensor]:
+    """Random keys and values (standard normal, drawn from `gen`, in the caches' order) for positions
+    0..context-1 of these caches (kv_cache_buffers), by name: the realistic cache every benchmark times
+    its stacks on."""
+    return {name: torch.randn(buf.narrow(-2, 0, context).shape, generator=gen).to(buf.dtype)
+            for name, buf in caches.items()}
+
+
 def randomize_kv(caches: dict[str, torch.Tensor], context: int, gen: torch.Generator) -> None:
-    """Random keys and values (standard normal, drawn from `gen`) in positions 0..context-1 of these
-    caches (kv_cache_buffers): the realistic cache every benchmark times its stacks on."""
-    for buf in caches.values():
-        rows = buf.narrow(-2, 0, context)
-        rows.copy_(torch.randn(rows.shape, generator=gen).to(buf.dtype))
+    """random_kv_rows written into positions 0..context-1 of the caches."""
+    for name, rows in random_kv_rows(caches, context, gen).items():
+        caches[name].narrow(-2, 0, context).copy_(rows)
 
 
 def fill_kv_from(ck: CompiledKernel, module: torch.nn.Module) -> None:

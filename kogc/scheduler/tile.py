@@ -385,8 +385,7 @@ DOT_BLOCK_POSITIONS = 128
 DOT_BLOCK_LAST_COMBINES = 64
 
 
-def attention_impl(cfg: TileConfig, group: int, head_dim: int, esize: int, last_combines: bool = False
-                   ) -> tuple[str, int]:
+def attention_impl(cfg: TileConfig, group: int, head_dim: int, esize: int, last_combines: bool) -> tuple[str, int]:
     """(implementation, positions per block) for attention. "dot": tl.dot with the query group padded to
     16 rows, QK^T with fp32 accumulation and P rounded to the cache's 16-bit dtype for P.V (as
     FlashAttention does; measured -8% at context 1024, -17% at 4096 against fp32 P.V), wherever it
