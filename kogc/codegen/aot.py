@@ -116,8 +116,12 @@ def _compile_in_process(source_path, kernel_name, signature, constexprs, target,
         src = triton.compiler.ASTSource(fn, signature=sig, constexprs=dict(constexprs), attrs=attrs)
         kernel = triton.compile(src, target=gpu_target, options=opts)
     except Exception as e:  # CompilationError, KeyError for bad types, ptxas failures...
+        inner = e       # a CompilationError names the outermost call; what failed is its innermost cause
+        while inner.__cause__ is not None:
+            inner = inner.__cause__
+        why = f"{type(e).__name__}: {e}" + (f"\ninnermost: {type(inner).__name__}: {inner}" if inner is not e else "")
         raise RuntimeError(f"kogc aot: compiling {kernel_name} ({source_path}) for target {target!r} "
-                           f"[{gpu_target}] failed: {type(e).__name__}: {e}") from e
+                           f"[{gpu_target}] failed: {why}") from e
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
