@@ -123,6 +123,15 @@ def test_compile_error_names_target(tmp_path, monkeypatch):
         compile_kernel(str(bad), "persistent_matvec", SIGNATURE, CONSTEXPRS, "h200", str(tmp_path / "out"))
     msg = str(ei.value)
     assert "'h200'" in msg and "no_such_function" in msg
+    # inside a called jit function: Triton's error names the call; the message also names what failed in it
+    nested = KERNEL_SRC.replace("y = tl.sum(w.to(tl.float32) * x.to(tl.float32)[None, :], axis=1)",
+                                "y = _row_sums(w, x)")
+    nested += ("\n\n@triton.jit\ndef _row_sums(w, x):\n"
+               "    return tl.no_such_function(w.to(tl.float32) * x.to(tl.float32)[None, :], axis=1)\n")
+    bad.write_text(nested)
+    with pytest.raises(RuntimeError) as ei:
+        compile_kernel(str(bad), "persistent_matvec", SIGNATURE, CONSTEXPRS, "h200", str(tmp_path / "out2"))
+    assert "_row_sums(w, x)" in str(ei.value) and "innermost:" in str(ei.value) and "no_such_function" in str(ei.value)
 
 
 def test_bad_arguments(kernel_file, tmp_path):
