@@ -242,8 +242,7 @@ def test_last_attention_split_combines(lanes, splits):
     for pos in range(5):
         _, tok = ck.step(tok, pos)
         loop.append(int(tok))
-    ck2 = kogc.compile(model, target="h200", tile_config=cfg)
-    assert ck2.generate([3], 5) == loop
+    assert ck.generate([3], 5) == loop      # the same kernel: its counters carry on from the loop's launches
 
 
 def test_who_combines_the_attention_splits():
