@@ -116,6 +116,7 @@ def test_helpers_patched_once_per_launch_run_the_same_program():
     import os
     import sys
 
+    from triton.language import random as rnd
     from triton.runtime import interpreter as interp
 
     import kogc
@@ -129,12 +130,51 @@ def test_helpers_patched_once_per_launch_run_the_same_program():
         ck = kogc.compile(model)
         return ck.step(7, 0), ck.generate([1, 2], 2, temperature=1.0, top_k=5, seed=4)
     fast = run()
-    patched = interp.GridExecutor.__call__, interp.InterpretedFunction.__call__
+    patched = interp.GridExecutor.__call__, interp.InterpretedFunction.__call__, rnd.philox_impl
     interp.GridExecutor.__call__, interp.InterpretedFunction.__call__ = interpret_once.ORIGINAL
+    rnd.philox_impl = interpret_once.ORIGINAL_PHILOX
     try:
         slow = run()
     finally:
-        interp.GridExecutor.__call__, interp.InterpretedFunction.__call__ = patched
+        interp.GridExecutor.__call__, interp.InterpretedFunction.__call__, rnd.philox_impl = patched
     (a, ta), ga = fast
     (b, tb), gb = slow
     assert torch.equal(a, b) and ta == tb and ga == gb
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="interpreter path")
+def test_philox_as_numpy_is_tritons_philox():
+    # kogc.codegen.interpret_once runs Triton's 32-bit Philox rounds as numpy arithmetic under the
+    # interpreter: every output word equal to Triton's own rounds, for scalar and block offsets
+    import triton
+    import triton.language as tl
+    from triton.language import random as rnd
+
+    from kogc.codegen import interpret_once
+    assert interpret_once.install() and interpret_once.ORIGINAL_PHILOX is not None
+
+    @triton.jit
+    def draw(OUT, seed, off0, N: tl.constexpr):
+        a, b, c, d = tl.randint4x(seed, off0 + tl.arange(0, N))
+        i = tl.arange(0, N)
+        tl.store(OUT + i, a)
+        tl.store(OUT + N + i, b)
+        tl.store(OUT + 2 * N + i, c)
+        tl.store(OUT + 3 * N + i, d)
+        tl.store(OUT + 4 * N, tl.rand(seed, off0).to(tl.uint32, bitcast=True))
+
+    def run(off0, seed):
+        out = torch.zeros(4 * 64 + 1, dtype=torch.int32)
+        draw[(1,)](out, seed, off0, N=64)
+        return out
+    gen = torch.Generator().manual_seed(0)
+    cases = [(0, 0), (2**31 - 64, 2**40 + 12345)] + [
+        (int(torch.randint(0, 2**30, (), generator=gen)), int(torch.randint(0, 2**62, (), generator=gen))) for _ in range(3)]
+    fast = [run(o, s) for o, s in cases]
+    rnd.philox_impl, patched = interpret_once.ORIGINAL_PHILOX, rnd.philox_impl
+    try:
+        slow = [run(o, s) for o, s in cases]
+    finally:
+        rnd.philox_impl = patched
+    assert all(torch.equal(a, b) for a, b in zip(fast, slow))
+    assert len({tuple(a.tolist()) for a in fast}) == len(cases)       # (different draws: not all zeros)
