@@ -76,6 +76,16 @@ def test_sweep_bad_variants(variants, message, capsys):
 
 
 @CPU_ONLY
+def test_sweep_out_without_a_profiled_variant_is_refused(tmp_path, capsys):
+    # --out holds profiled variants' task times and traces; the rows go to --json
+    out = str(tmp_path / "rows.json")
+    assert main(["sweep", MICRO, "--config", "micro", "--interpret", "--out", out]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--out" in err[0] and "--json" in err[0], err
+    assert not (tmp_path / "rows.json").exists()
+
+
+@CPU_ONLY
 def test_sweep_bad_context(capsys):
     assert main(["sweep", MICRO, "--config", "micro", "--interpret", "--context", "1,x"]) == 2
     assert "--context must be comma-separated integers" in capsys.readouterr().err

@@ -81,6 +81,10 @@ def run_sweep(model_file: str, preset: str | None, variants: str, contexts: list
     from ..frontend.model_file import build_model
 
     parsed = parse_variants(variants, interpret, tile_config)
+    if out_dir and not any(opts.get("profile") for _, _, opts in parsed):
+        # (a rows file given as --out would otherwise be silently not written)
+        raise KogcError(f"--out {out_dir}: only a profiled variant ({{\"profile\": true}}) writes there, and no variant "
+                        f"asks for one; the rows go to --json FILE")
     if not contexts or any(c < 0 for c in contexts):
         raise KogcError(f"--context must be one or more positions >= 0, got {contexts}")
     if steps < 1 or reps < 1:
