@@ -39,10 +39,6 @@ class TileConfig:
     mlp_pair_inputs: int = 1024       # W1 and W3 run as one task per (gate, up) row pair storing silu(gate) * up
                                       # where W2 would read at least this many inputs per row of its tile
                                       # (Llama-3.2-1B's 4096: -11%; laneformer-2b's 64: slower); 0: always
-    run_stages: int = 0               # > 0: a program's consecutive matvec tasks of one variant, those after the
-                                      # first without waits, run as one loop whose weight tiles Triton's software
-                                      # pipeliner streams through this many shared-memory stages (cp.async),
-                                      # published once for the run; 0: one tile in registers per task
 
 
 def _pow2(x) -> bool:
@@ -73,8 +69,6 @@ def validate(cfg: TileConfig, target=None) -> TileConfig:
             "projection's prologue do not fit the registers beside a weight tile)")
     if not isinstance(cfg.mlp_pair_inputs, int) or cfg.mlp_pair_inputs < 0:
         bad("mlp_pair_inputs", "must be a number of inputs >= 0")
-    if cfg.run_stages not in (0, 2, 3, 4):
-        bad("run_stages", "must be 0 (no runs) or 2 to 4 shared-memory stages")
     if cfg.weights not in WEIGHT_FORMATS:
         bad("weights", f"must be one of {', '.join(WEIGHT_FORMATS)}")
     if cfg.kind_us is not None:

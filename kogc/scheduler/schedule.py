@@ -91,37 +91,8 @@ class Schedule:
 
     @property
     def header(self) -> int:
-        """The table row's header: the second event's slot only where some task publishes twice, then
-        the run length's slot where matvec runs are on (TileConfig.run_stages)."""
-        return HEADER + self.publishes_twice + (self.tile_config.run_stages > 0)
-
-    @cached_property
-    def run_lengths(self) -> list[list[int]]:
-        """Per queue and slot, the run of matvec tasks that starts there (TileConfig.run_stages): the most
-        consecutive tasks of one variant that publish to the same events, those after the first without
-        waits (the first waits for the run); 1 for other tasks, 0 for slots inside a run."""
-        runs = []
-        for q in self.queues:
-            lengths = [1] * len(q)
-            if self.tile_config.run_stages > 0:
-                i = 0
-                while i < len(q):
-                    n = 1
-                    if self.tasks[q[i]].kind == "matvec":
-                        while i + n < len(q) and self._continues_run(self.tasks[q[i]], self.tasks[q[i + n]]):
-                            n += 1
-                    lengths[i:i + n] = [n] + [0] * (n - 1)
-                    i += n
-            runs.append(lengths)
-        return runs
-
-    def _continues_run(self, first: Task, t: Task) -> bool:
-        published = self.published
-        return (t.variant == first.variant and not t.waits
-                and (t.group in published) == (first.group in published)
-                and (t.group == first.group or first.group not in published)
-                and (t.publish_too in published) == (first.publish_too in published)
-                and (t.publish_too == first.publish_too or first.publish_too not in published))
+        """The table row's header: the second event's slot only where some task publishes twice."""
+        return HEADER + self.publishes_twice
 
     @property
     def row_width(self) -> int:
@@ -132,15 +103,12 @@ class Schedule:
         vid = {v: i for i, v in enumerate(self.variants)}
         P, maxlen, W = len(self.queues), max(len(q) for q in self.queues), self.row_width
         table = np.zeros((P, maxlen, W), dtype=np.int32)
-        runs = self.run_lengths
         for p, q in enumerate(self.queues):
             for i, tid in enumerate(q):
                 t = self.tasks[tid]
                 row = [vid[t.variant], t.lane, t.group if t.group in self.published else -1, len(t.waits)]
                 if self.publishes_twice:
                     row.append(t.publish_too if t.publish_too in self.published else -1)
-                if self.tile_config.run_stages > 0:
-                    row.append(runs[p][i])
                 row += t.args
                 for g, need in t.waits:
                     row += [g if self.first_remote is None or g < self.first_remote else g + REMOTE_BIT, need]
@@ -236,8 +204,7 @@ def build_schedule(graph: Graph, target: Target, placement: str = "parallel",
     else:
         raise ValueError(f"unknown placement {placement!r} (parallel | sequential)")
     timings["place"] = time.perf_counter() - t0
-    # (one queue's waits are all met by its order: pruned where runs are on, so that runs form there too)
-    if prune and (placement == "parallel" or cfg.run_stages > 0):
+    if prune and placement == "parallel":
         t0 = time.perf_counter()
         prune_by_program_order(tasks, events, queues)
         timings["prune"] = time.perf_counter() - t0
