@@ -14,6 +14,7 @@ variant (one launch per step from a cache at `--context`), three rounds alternat
 import argparse
 import ctypes
 import json
+import statistics
 
 import torch
 
@@ -25,8 +26,7 @@ PREFERRED_SHARED_MEMORY_CARVEOUT = 9     # CUfunction_attribute in cuda.h
 CARVEOUTS = (-1, 0, 100)
 
 
-def set_carveout(function: int, percent: int) -> None:
-    libcuda = ctypes.CDLL("libcuda.so.1")
+def set_carveout(libcuda, function: int, percent: int) -> None:
     err = libcuda.cuFuncSetAttribute(ctypes.c_void_p(function), PREFERRED_SHARED_MEMORY_CARVEOUT, ctypes.c_int(percent))
     if err != 0:
         raise RuntimeError(f"cuFuncSetAttribute(PREFERRED_SHARED_MEMORY_CARVEOUT, {percent}) returned CUresult {err}")
@@ -47,17 +47,18 @@ def main() -> None:
     ck = kogc.compile(model)
     ck.step(1, a.context)                          # compiles and loads the kernel: its CUfunction exists
     function = ck.compiled.function
+    libcuda = ctypes.CDLL("libcuda.so.1")
     rows = {c: [] for c in CARVEOUTS}
     for _ in range(a.rounds):
         for c in CARVEOUTS:
-            set_carveout(function, c)
+            set_carveout(libcuda, function, c)
             ms = time_steps(lambda i: ck.launch(1 + i % 50, a.context + 1 + i), a.steps, a.reps, "cuda")
             rows[c] += ms
-            print(f"carveout {c:>4}: {sorted(ms)[len(ms) // 2]:.4f} ms per token", flush=True)
+            print(f"carveout {c:>4}: {statistics.median(ms):.4f} ms per token", flush=True)
     ck.raise_if_stuck()
     res = {"model_file": a.model_file, "config": a.config, "context": a.context, "device": torch.cuda.get_device_name(),
            "ms": {str(c): v for c, v in rows.items()},
-           "median_ms": {str(c): sorted(v)[len(v) // 2] for c, v in rows.items()}}
+           "median_ms": {str(c): statistics.median(v) for c, v in rows.items()}}
     print(json.dumps(res["median_ms"]))
     if a.out:
         with open(a.out, "w") as f:
