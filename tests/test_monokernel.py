@@ -119,9 +119,8 @@ def test_watchdog_names_the_stuck_task(which):
     # first wait of a task with several (read with the number of waits) or the second (in the loop)
     table = ck.buffers.TABLE
     slot = next(i for i in range(table.shape[1]) if table[0, i, 3] > 1)
-    from kogc.scheduler.schedule import HEADER
     from kogc.scheduler.tasks import NARGS
-    table[0, slot, HEADER + NARGS + 2 * which + 1] = 1_000_000
+    table[0, slot, ck.schedule.header + NARGS + 2 * which + 1] = 1_000_000
     ck.watchdog_spins = 50
     tid = ck.schedule.queues[0][slot]
     with pytest.raises(KernelHangError, match=f"task {tid} .*counter .*needed 1000000"):

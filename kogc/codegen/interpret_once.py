@@ -8,7 +8,11 @@ shaped as expected (another Triton version).
 
 It also runs Triton's Philox rounds (`tl.randint4x`, `tl.rand`: the sampling's Gumbel noise) as numpy
 array arithmetic instead of op by op through the interpreter's type checks, where they took about 40% of
-a sampled step: the same 32-bit integer arithmetic, bit-equal (tests/test_loader.py)."""
+a sampled step: the same 32-bit integer arithmetic, bit-equal (tests/test_loader.py).
+
+And a loop bound loaded from memory (`tl.range(0, n)`, a matvec run's length) works: the interpreter holds
+scalars as one-element arrays and takes them as indices with int(), which numpy 2.4 refuses for arrays that
+are not 0-dimensional; they are read with .item() instead."""
 from __future__ import annotations
 
 import threading
@@ -30,6 +34,12 @@ def install() -> bool:
     if getattr(call, "kogc_once_per_launch", False):
         return True
 
+    def patch_lang_indexable(fn):
+        scope = patch_lang(fn)
+        scope.set_attr(interp.tl.core.tensor, "__index__", lambda t: int(t.handle.data.item()))
+        return scope
+    interp._patch_lang = patch_lang_indexable     # (the launch's own patching looks it up by name)
+
     def launch_once(self, *args, **kwargs):
         outer = getattr(_launch, "patched", None)
         _launch.patched = set()
@@ -42,7 +52,7 @@ def install() -> bool:
         patched = getattr(_launch, "patched", None)
         key = id(self.fn.__globals__)
         if patched is None or key not in patched:
-            patch_lang(self.fn)
+            patch_lang_indexable(self.fn)
             if patched is not None:
                 patched.add(key)
         fn = self.rewrite()

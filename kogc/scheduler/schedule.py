@@ -91,8 +91,68 @@ class Schedule:
 
     @property
     def header(self) -> int:
-        """The table row's header: the second event's slot only where some task publishes twice."""
-        return HEADER + self.publishes_twice
+        """The table row's header: the second event's slot only where some task publishes twice, then
+        the run length's slot where some matvec variant runs as loops (run_variants)."""
+        return HEADER + self.publishes_twice + bool(self.run_variants)
+
+    @cached_property
+    def run_variants(self) -> frozenset:
+        """The matvec variants whose tasks mostly come in runs: consecutive tasks of one queue, those after
+        the first without waits, publishing to the same events (W1/W3, W2 and the LM head of a one-lane
+        model; a Laneformer's LM head), at least 2 tasks a run on average. The kernel runs their runs as
+        loops (one wait, the input vector formed once, one publish); other variants stay one task a
+        body, where the loop would only add its cost to runs of one."""
+        if not self.tile_config.matvec_runs:
+            return frozenset()
+        tasks_of, runs_of = {}, {}
+        for q in self.queues:
+            for i, n in enumerate(self._maximal_runs(q)):
+                if n:
+                    v = self.tasks[q[i]].variant
+                    tasks_of[v] = tasks_of.get(v, 0) + n
+                    runs_of[v] = runs_of.get(v, 0) + 1
+        return frozenset(v for v in tasks_of if tasks_of[v] >= 2 * runs_of[v])
+
+    @cached_property
+    def run_lengths(self) -> list[list[int]]:
+        """Per queue and slot, the run that starts there: its number of tasks for a run variant's run
+        (run_variants), 1 for every other task, 0 for slots inside a run."""
+        out = []
+        for q in self.queues:
+            lengths = [1] * len(q)
+            for i, n in enumerate(self._maximal_runs(q)):
+                if n > 1 and self.tasks[q[i]].variant in self.run_variants:
+                    lengths[i:i + n] = [n] + [0] * (n - 1)
+            out.append(lengths)
+        return out
+
+    def _maximal_runs(self, q: list[int]) -> list[int]:
+        """Per slot of queue q: the length of the longest run of matvec tasks starting there, where a run
+        starts (0 inside one; 1 for a lone task)."""
+        lengths = [0] * len(q)
+        i = 0
+        while i < len(q):
+            n = 1
+            if self.tasks[q[i]].kind == "matvec":
+                while i + n < len(q) and self._continues_run(self.tasks[q[i]], self.tasks[q[i + n]]):
+                    n += 1
+            lengths[i] = n
+            i += n
+        return lengths
+
+    def _continues_run(self, first: Task, t: Task) -> bool:
+        """Whether t can follow `first` in a run: the same variant, no waits of its own (the run waits once,
+        for its first task), the same published events. Tasks that publish to one event never depend on
+        one another (a task's event is not among its own waits), so no task of a run reads what another
+        wrote: a run has no barrier between its tasks. The interpreter's one queue (placement
+        "sequential", one rank) meets every wait by its order, as the pruned waits of "parallel" are."""
+        published = self.published
+        return (t.variant == first.variant
+                and (not t.waits or (self.placement == "sequential" and self.ranks == 1))
+                and (t.group in published) == (first.group in published)
+                and (t.group == first.group or first.group not in published)
+                and (t.publish_too in published) == (first.publish_too in published)
+                and (t.publish_too == first.publish_too or first.publish_too not in published))
 
     @property
     def row_width(self) -> int:
@@ -103,12 +163,15 @@ class Schedule:
         vid = {v: i for i, v in enumerate(self.variants)}
         P, maxlen, W = len(self.queues), max(len(q) for q in self.queues), self.row_width
         table = np.zeros((P, maxlen, W), dtype=np.int32)
+        runs = self.run_lengths
         for p, q in enumerate(self.queues):
             for i, tid in enumerate(q):
                 t = self.tasks[tid]
                 row = [vid[t.variant], t.lane, t.group if t.group in self.published else -1, len(t.waits)]
                 if self.publishes_twice:
                     row.append(t.publish_too if t.publish_too in self.published else -1)
+                if self.run_variants:
+                    row.append(runs[p][i])
                 row += t.args
                 for g, need in t.waits:
                     row += [g if self.first_remote is None or g < self.first_remote else g + REMOTE_BIT, need]
