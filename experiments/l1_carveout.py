@@ -43,7 +43,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
-    model = build_model(a.model_file, a.config, device="cuda", max_len=a.max_len)
+    model = build_model(a.model_file, a.config, max_len=a.max_len)      # (on the CPU: kogc.compile moves it, as kogc sweep does)
     ck = kogc.compile(model)
     ck.step(1, a.context)                          # compiles and loads the kernel: its CUfunction exists
     function = ck.compiled.function

@@ -68,7 +68,7 @@ def summarize_times(schedule, ids: np.ndarray, ts: np.ndarray) -> dict:
     if ts.shape[1] >= 5:    # profile="detail": where a body's time goes (matvecs, the final norm and the
         for k, js in kinds.items():     # argmax record all three: their first operands, then the rest)
             js = np.array(js)
-            js = js[ts[js, 3] > 0]
+            js = js[(ts[js, 3] > 0) & (ts[js, 4] > 0)]     # (inside a matvec run only the last task has 4)
             if len(js):
                 # the final norm also stamps its second load (column 5; a profile without it has 5
                 # columns): compute then counts from there

@@ -39,8 +39,6 @@ class TileConfig:
     mlp_pair_inputs: int = 1024       # W1 and W3 run as one task per (gate, up) row pair storing silu(gate) * up
                                       # where W2 would read at least this many inputs per row of its tile
                                       # (Llama-3.2-1B's 4096: -11%; laneformer-2b's 64: slower); 0: always
-    matvec_runs: bool = True          # (temporary, to be measured) a program's consecutive tasks of a matvec
-                                      # variant that forms runs run as one loop, published once
 
 
 def _pow2(x) -> bool:
@@ -71,8 +69,6 @@ def validate(cfg: TileConfig, target=None) -> TileConfig:
             "projection's prologue do not fit the registers beside a weight tile)")
     if not isinstance(cfg.mlp_pair_inputs, int) or cfg.mlp_pair_inputs < 0:
         bad("mlp_pair_inputs", "must be a number of inputs >= 0")
-    if not isinstance(cfg.matvec_runs, bool):
-        bad("matvec_runs", "must be true or false")
     if cfg.weights not in WEIGHT_FORMATS:
         bad("weights", f"must be one of {', '.join(WEIGHT_FORMATS)}")
     if cfg.kind_us is not None:

@@ -102,8 +102,6 @@ class Schedule:
         model; a Laneformer's LM head), at least 2 tasks a run on average. The kernel runs their runs as
         loops (one wait, the input vector formed once, one publish); other variants stay one task a
         body, where the loop would only add its cost to runs of one."""
-        if not self.tile_config.matvec_runs:
-            return frozenset()
         tasks_of, runs_of = {}, {}
         for q in self.queues:
             for i, n in enumerate(self._maximal_runs(q)):
