@@ -44,7 +44,8 @@ def render(schedule: Schedule, kernel_name: str = KERNEL_NAME, interpret: bool =
         step_prefetch_elems=0 if interpret else step_prefetch_elements(schedule), token_keys=T.TOKEN_KEYS,
         attn_prefetch=bool(schedule.target.l2_prefetch_asm) and not interpret,
         kv_line=128 // ESIZE[schedule.dtype],        # KV-cache elements per 128-byte line (the activations' dtype)
-        run_vids={i for i, v in enumerate(schedule.variants) if v in schedule.run_variants}, npeer=schedule.ranks - 1, remote_bit=T.REMOTE_BIT,
+        run_vids={i for i, v in enumerate(schedule.variants) if v in schedule.run_variants},
+        npeer=schedule.ranks - 1, remote_bit=T.REMOTE_BIT,
         release_fence_asm="" if interpret else schedule.target.release_fence_asm,
         release_fence_sys_asm=schedule.target.release_fence_sys_asm,
         volatile_loads=schedule.target.volatile_loads)

@@ -103,12 +103,11 @@ class Schedule:
         loops (one wait, the input vector formed once, one publish); other variants stay one task a
         body, where the loop would only add its cost to runs of one."""
         tasks_of, runs_of = {}, {}
-        for q in self.queues:
-            for i, n in enumerate(self._maximal_runs(q)):
-                if n:
-                    v = self.tasks[q[i]].variant
-                    tasks_of[v] = tasks_of.get(v, 0) + n
-                    runs_of[v] = runs_of.get(v, 0) + 1
+        for q, starts in zip(self.queues, self._maximal_runs):
+            for i, n in starts:
+                v = self.tasks[q[i]].variant
+                tasks_of[v] = tasks_of.get(v, 0) + n
+                runs_of[v] = runs_of.get(v, 0) + 1
         return frozenset(v for v in tasks_of if tasks_of[v] >= 2 * runs_of[v])
 
     @cached_property
@@ -116,27 +115,29 @@ class Schedule:
         """Per queue and slot, the run that starts there: its number of tasks for a run variant's run
         (run_variants), 1 for every other task, 0 for slots inside a run."""
         out = []
-        for q in self.queues:
+        for q, starts in zip(self.queues, self._maximal_runs):
             lengths = [1] * len(q)
-            for i, n in enumerate(self._maximal_runs(q)):
+            for i, n in starts:
                 if n > 1 and self.tasks[q[i]].variant in self.run_variants:
                     lengths[i:i + n] = [n] + [0] * (n - 1)
             out.append(lengths)
         return out
 
-    def _maximal_runs(self, q: list[int]) -> list[int]:
-        """Per slot of queue q: the length of the longest run of matvec tasks starting there, where a run
-        starts (0 inside one; 1 for a lone task)."""
-        lengths = [0] * len(q)
-        i = 0
-        while i < len(q):
-            n = 1
-            if self.tasks[q[i]].kind == "matvec":
-                while i + n < len(q) and self._continues_run(self.tasks[q[i]], self.tasks[q[i + n]]):
-                    n += 1
-            lengths[i] = n
-            i += n
-        return lengths
+    @cached_property
+    def _maximal_runs(self) -> list[list[tuple[int, int]]]:
+        """Per queue: (slot, length) of each longest run of matvec tasks, in order (a lone task: length 1)."""
+        out = []
+        for q in self.queues:
+            starts, i = [], 0
+            while i < len(q):
+                n = 1
+                if self.tasks[q[i]].kind == "matvec":
+                    while i + n < len(q) and self._continues_run(self.tasks[q[i]], self.tasks[q[i + n]]):
+                        n += 1
+                starts.append((i, n))
+                i += n
+            out.append(starts)
+        return out
 
     def _continues_run(self, first: Task, t: Task) -> bool:
         """Whether t can follow `first` in a run: the same variant, no waits of its own (the run waits once,
