@@ -327,12 +327,6 @@ def cmd_bench(args) -> int:
     return 0
 
 
-
-
-
-
-
-
 def _ranks_started(args) -> bool:
     """--gpus G: whether G processes were started for this command (kogc.cli_ranks.start_ranks)."""
     from .cli_ranks import start_ranks

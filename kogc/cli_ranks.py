@@ -50,6 +50,7 @@ def bench_ranks(args, preset: str | None, context: int, overrides: dict) -> int:
         print(f"wrote {args.json}", file=sys.stderr)
     return 0
 
+
 def gpus_args(p) -> None:
     p.add_argument("--gpus", type=int, default=1, metavar="G",
                    help="delayed tensor parallelism: the model's lanes over G ranks, one kernel each (default 1)")
