@@ -196,6 +196,13 @@ def test_analyze_command(stamps_file, tmp_path, capsys, what, expect):
         assert [r["latency_us"] for r in res["rows"]] == [0.5, 1.0]
         assert res["with_overheads"]["as_scheduled_us"] == pytest.approx(res["measured_span_us"], rel=0.02)
         assert all(r["chain_us"] <= r["as_scheduled_us"] for r in res["rows"])
+        # cheaper starts and hops never make the replay slower, and removing the starts saves time
+        w = res["with_overheads"]
+        by = {(x["overhead_scale"], x["notify_scale"]): x["as_scheduled_us"] for x in w["whatif"]}
+        assert len(by) == 5 and w["overhead_per_program_us"] > 0
+        assert by[(0.0, 0.5)] <= by[(0.0, 1.0)] <= by[(0.5, 1.0)] <= w["as_scheduled_us"] + 1e-9
+        assert by[(0.0, 1.0)] < w["as_scheduled_us"]
+        assert "overheads x0.0, notify x1.0" in text
 
 
 def test_analyze_refuses_another_schedule_and_bad_files(stamps_file, tmp_path, capsys):

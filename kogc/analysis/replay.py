@@ -9,7 +9,8 @@ graph, no GPU needed:
 - perfect balance: all bodies over the programs;
 - with overheads: as scheduled, each task also paying what a task costs its program before its body
   (measured: the median wait segment of the tasks whose data was already there, per kind) and the
-  measured notify latency; close to the measured step.
+  measured notify latency; close to the measured step; and the same with the overheads halved or
+  removed and the notify halved: what a cheaper task start or hop would buy.
 """
 from __future__ import annotations
 
@@ -102,11 +103,19 @@ def replay(schedule, ids: np.ndarray, ts: np.ndarray, latencies: list[float]) ->
         rows.append({"latency_us": lat, "as_scheduled_us": longest_path(schedule, task_us, lat, True)[0],
                      "chain_us": longest_path(schedule, task_us, lat, False)[0]})
     over, notify = measured_overheads(schedule, ids, ts)
+    per_program = [sum(over[t] for t in q) for q in schedule.queues]
+    # what a cheaper task start (header, arguments, a ready acquire) or a cheaper hop would buy: the
+    # same replay with the start overheads and the notify latency scaled
+    whatif = [{"overhead_scale": f, "notify_scale": g,
+               "as_scheduled_us": longest_path(schedule, task_us, notify * g, True, [o * f for o in over])[0]}
+              for f in (1.0, 0.5, 0.0) for g in (1.0, 0.5) if (f, g) != (1.0, 1.0)]
     return {"tasks": len(schedule.tasks), "programs": len(schedule.queues),
             "measured_span_us": float(ts[:, 2].max() - ts[:, 0].min()) / 1e3,
             "balanced_us": sum(task_us) / len(schedule.queues), "rows": rows,
             "with_overheads": {"notify_us": notify,
-                               "as_scheduled_us": longest_path(schedule, task_us, notify, True, over)[0]}}
+                               "as_scheduled_us": longest_path(schedule, task_us, notify, True, over)[0],
+                               "overhead_per_program_us": float(np.mean(per_program)) if per_program else 0.0,
+                               "whatif": whatif}}
 
 
 def same_tasks(a, b) -> bool:
@@ -141,6 +150,12 @@ def format_replay(r: dict) -> str:
     w = r["with_overheads"]
     lines.append(f"as scheduled with the measured start overheads and notify ({w['notify_us']:.2f} us): "
                  f"{w['as_scheduled_us']:.1f} us")
+    if "whatif" in w:
+        lines.append(f"start overheads: {w['overhead_per_program_us']:.1f} us a program (mean); the same replay "
+                     f"with them and the notify scaled:")
+        for x in w["whatif"]:
+            lines.append(f"  overheads x{x['overhead_scale']:.1f}, notify x{x['notify_scale']:.1f}: "
+                         f"{x['as_scheduled_us']:.1f} us ({x['as_scheduled_us'] / w['as_scheduled_us'] - 1:+.1%})")
     if "placed_with" in r:
         p = r["placed_with"]
         lines.append(f"placed with {p['tile_config']}: {p['other_us']:.1f} us against {p['profiled_us']:.1f} "
