@@ -114,7 +114,7 @@ def replay(schedule, ids: np.ndarray, ts: np.ndarray, latencies: list[float]) ->
             "balanced_us": sum(task_us) / len(schedule.queues), "rows": rows,
             "with_overheads": {"notify_us": notify,
                                "as_scheduled_us": longest_path(schedule, task_us, notify, True, over)[0],
-                               "overhead_per_program_us": float(np.mean(per_program)) if per_program else 0.0,
+                               "overhead_per_program_us": float(np.mean(per_program)),
                                "whatif": whatif}}
 
 
@@ -150,12 +150,11 @@ def format_replay(r: dict) -> str:
     w = r["with_overheads"]
     lines.append(f"as scheduled with the measured start overheads and notify ({w['notify_us']:.2f} us): "
                  f"{w['as_scheduled_us']:.1f} us")
-    if "whatif" in w:
-        lines.append(f"start overheads: {w['overhead_per_program_us']:.1f} us a program (mean); the same replay "
-                     f"with them and the notify scaled:")
-        for x in w["whatif"]:
-            lines.append(f"  overheads x{x['overhead_scale']:.1f}, notify x{x['notify_scale']:.1f}: "
-                         f"{x['as_scheduled_us']:.1f} us ({x['as_scheduled_us'] / w['as_scheduled_us'] - 1:+.1%})")
+    lines.append(f"start overheads: {w['overhead_per_program_us']:.1f} us a program (mean); the same replay "
+                 f"with them and the notify scaled:")
+    for x in w["whatif"]:
+        lines.append(f"  overheads x{x['overhead_scale']:.1f}, notify x{x['notify_scale']:.1f}: "
+                     f"{x['as_scheduled_us']:.1f} us ({x['as_scheduled_us'] / w['as_scheduled_us'] - 1:+.1%})")
     if "placed_with" in r:
         p = r["placed_with"]
         lines.append(f"placed with {p['tile_config']}: {p['other_us']:.1f} us against {p['profiled_us']:.1f} "

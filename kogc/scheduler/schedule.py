@@ -145,13 +145,14 @@ class Schedule:
         one another (a task's event is not among its own waits), so no task of a run reads what another
         wrote: a run has no barrier between its tasks. The interpreter's one queue (placement
         "sequential", one rank) meets every wait by its order, as the pruned waits of "parallel" are."""
-        published = self.published
         return (t.variant == first.variant
                 and (not t.waits or (self.placement == "sequential" and self.ranks == 1))
-                and (t.group in published) == (first.group in published)
-                and (t.group == first.group or first.group not in published)
-                and (t.publish_too in published) == (first.publish_too in published)
-                and (t.publish_too == first.publish_too or first.publish_too not in published))
+                and self._events_published(t) == self._events_published(first))
+
+    def _events_published(self, t: Task) -> tuple[int, int]:
+        """The events t's table row publishes (its op's, then its op's over all lanes), -1 for one no task
+        waits on."""
+        return tuple(e if e in self.published else -1 for e in (t.group, t.publish_too))
 
     @property
     def row_width(self) -> int:
@@ -166,9 +167,10 @@ class Schedule:
         for p, q in enumerate(self.queues):
             for i, tid in enumerate(q):
                 t = self.tasks[tid]
-                row = [vid[t.variant], t.lane, t.group if t.group in self.published else -1, len(t.waits)]
+                ev, ev2 = self._events_published(t)
+                row = [vid[t.variant], t.lane, ev, len(t.waits)]
                 if self.publishes_twice:
-                    row.append(t.publish_too if t.publish_too in self.published else -1)
+                    row.append(ev2)
                 if self.run_variants:
                     row.append(runs[p][i])
                 row += t.args
