@@ -298,3 +298,45 @@ def test_detail_profile_splits_the_final_norms_second_load():
     assert mv and all(v["detail_us_mean"] == {"operands": 0.5, "compute": 1.0, "publish": 0.5} for v in mv)
     text = format_summary(summary)
     assert "2nd load" in text and "0.25" in text and "(attention: operands = the query" in text
+
+
+def test_detail_profile_splits_a_tasks_start():
+    # a detail profile's stamps 6-8 split a task's start: header arrived, wait entered, the wait's table
+    # fields arrived; the acquire is averaged over the waits whose producers had all ended by then
+    import types
+
+    import torch
+
+    from kogc.frontend import to_ir
+    from kogc.runtime.profile import format_summary, summarize
+    from kogc.scheduler import build_schedule
+    from kogc.targets import H200
+
+    import micro_laneformer
+    schedule = build_schedule(to_ir(micro_laneformer.kogc_model("micro", device="meta", seed=None)), H200,
+                              num_programs=4)
+    prof = torch.zeros((4, max(len(q) for q in schedule.queues), 9), dtype=torch.int64)
+    late = 0
+    for p, q in enumerate(schedule.queues):     # each task starts 3 us after the task before it by id
+        for i, tid in enumerate(q):
+            s = 1_000_000 + tid * 3000
+            late_here = any(t > tid for g, _ in schedule.tasks[tid].waits for t in schedule.events[g].tasks)
+            late += late_here
+            prof[p, i] = torch.tensor([s, s + 1000, s + 3000, 0, 0, 0, s + 100, s + 300, s + 600])
+    assert late == 0        # (task ids are in dependency order: every wait is ready by its fields)
+    summary = summarize(types.SimpleNamespace(schedule=schedule, buffers=types.SimpleNamespace(PROF=prof)))
+    for k, v in summary["per_kind"].items():
+        d = v["start_us_mean"]
+        assert d["ready_share"] == 1.0
+        assert all(abs(d[f] - want) < 1e-9 for f, want in
+                   (("header", 0.1), ("issue", 0.2), ("fields", 0.3), ("acquire", 0.4))), (k, d)
+    # a producer that ends after the fields arrived: that wait is not ready and leaves the acquire's mean
+    tid = next(t for t in range(len(schedule.tasks)) if schedule.tasks[t].waits)
+    g = schedule.tasks[tid].waits[0][0]
+    p, i = next((p, q.index(t)) for p, q in enumerate(schedule.queues) for t in schedule.events[g].tasks if t in q)
+    prof[p, i, 2] = 1_000_000 + tid * 3000 + 800
+    k = schedule.tasks[tid].kind_key
+    summary = summarize(types.SimpleNamespace(schedule=schedule, buffers=types.SimpleNamespace(PROF=prof)))
+    assert summary["per_kind"][k]["start_us_mean"]["ready_share"] < 1.0
+    assert abs(summary["per_kind"][k]["start_us_mean"]["acquire"] - 0.4) < 1e-9
+    assert "start (detail)" in format_summary(summary)

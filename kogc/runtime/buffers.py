@@ -29,7 +29,7 @@ class Buffers:
     CNT: torch.Tensor
     ERR: torch.Tensor
     OUT: torch.Tensor
-    PROF: torch.Tensor    # int64 [programs, max queue length, 3 (6 with profile="detail")] timestamps
+    PROF: torch.Tensor    # int64 [programs, max queue length, 3 (9 with profile="detail")] timestamps
                           # with profiling, else [1]
     PEERS: torch.Tensor   # int64 [peers, 2]: each peer's F32 and CNT addresses (one rank of several), else [2]
 
@@ -132,7 +132,7 @@ def allocate(schedule: Schedule, weights: dict[str, torch.Tensor], device, profi
         SMALL=small.to(device), EMB=emb.to(device, dtype).contiguous(), COS=cos.contiguous().to(device),
         SIN=sin.contiguous().to(device), CNT=shared(len(schedule.events), torch.int32), ERR=z(8, torch.int32),
         OUT=z(4 + max_pos, torch.int32),   # [last token, steps done, stopped at EOS, -, token of each step]
-        PROF=(torch.zeros((len(schedule.queues), table.shape[1], 6 if profile == "detail" else 3), dtype=torch.int64,
+        PROF=(torch.zeros((len(schedule.queues), table.shape[1], 9 if profile == "detail" else 3), dtype=torch.int64,
                           device=device)
               if profile else z(1, torch.int64)),
         PEERS=z(2 * max(schedule.ranks - 1, 1), torch.int64))

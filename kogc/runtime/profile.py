@@ -29,15 +29,21 @@ def summarize(ck) -> dict:
     return summarize_times(ck.schedule, *timestamps(ck))
 
 
+def producers_done(schedule, ids: np.ndarray, ts: np.ndarray) -> np.ndarray:
+    """ns at which the last producer of any event each task (rows in the order of `ids`) waits on ended
+    (-inf for a task without waits)."""
+    at = np.zeros((len(schedule.tasks), 3))
+    at[ids] = ts[:, :3]
+    done = np.array([at[e.tasks, 2].max() for e in schedule.events])    # the event's last producer ended
+    return np.array([max((done[g] for g, _ in schedule.tasks[tid].waits), default=-np.inf) for tid in ids])
+
+
 def wait_split(schedule, ids: np.ndarray, ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Each task's wait (start to after-waits, us) in two parts, rows in the order of `ids`:
     blocked = how long after its start the last producer it waits on ended (the data was not there);
     notify = from then (or its start) to the end of its waits (the publish reaching the acquire).
     A task without waits has 0 blocked; its whole wait segment (table reads) counts as notify."""
-    at = np.zeros((len(schedule.tasks), 3))
-    at[ids] = ts[:, :3]
-    done = np.array([at[e.tasks, 2].max() for e in schedule.events])    # the event's last producer ended
-    ready = np.array([max((done[g] for g, _ in schedule.tasks[tid].waits), default=-np.inf) for tid in ids])
+    ready = producers_done(schedule, ids, ts)
     start, after = ts[:, 0].astype(float), ts[:, 1].astype(float)
     blocked = np.maximum(ready - start, 0.0)
     return blocked / 1e3, (after - np.maximum(start, ready)) / 1e3
@@ -80,6 +86,9 @@ def summarize_times(schedule, ids: np.ndarray, ts: np.ndarray) -> dict:
                 d["compute"] = float(((ts[js, 4] - mid) / 1e3).mean())             # -> stores issued
                 d["publish"] = float(((ts[js, 2] - ts[js, 4]) / 1e3).mean())       # barrier, fence, release
                 per_kind[k]["detail_us_mean"] = d
+    if ts.shape[1] >= 9:    # profile="detail": what a task's start is made of
+        for k, d in start_split(schedule, ids, ts, kinds).items():
+            per_kind[k]["start_us_mean"] = d
     # each kind's mean body as the placement's cost model for this model (TileConfig.kind_us; the
     # target's default table is laneformer-2b's at context 1024)
     kind_us = {k: round(v["body_us_mean"], 2) for k, v in per_kind.items()}
@@ -89,6 +98,29 @@ def summarize_times(schedule, ids: np.ndarray, ts: np.ndarray) -> dict:
             "blocked_us_per_program": float(blocked.sum() / len(busy)),
             "notify_us_per_program": float(notify.sum() / len(busy)),
             "gap_us_per_program_mean": float(np.mean(gaps))}
+
+
+def start_split(schedule, ids: np.ndarray, ts: np.ndarray, kinds: dict) -> dict:
+    """Per kind, the mean parts of a task's start (us), from a "detail" profile: `header` start -> the
+    table row's header arrived; `issue` -> the wait entered (the dispatch and the loads issued before
+    it); `fields` -> the wait's own table fields arrived; and over the tasks whose producers had all
+    ended before those fields arrived ("ready"), `acquire` -> after the waits (the acquire loads and
+    the broadcast to the program's threads). Tasks inside a matvec run after its first have no start."""
+    ready = producers_done(schedule, ids, ts)
+    out = {}
+    for k, js in kinds.items():
+        js = np.array(js)
+        js = js[(ts[js, 6] > 0) & (ts[js, 7] > 0) & (ts[js, 8] > 0)]
+        if not len(js):
+            continue
+        d = {"header": float(((ts[js, 6] - ts[js, 0]) / 1e3).mean()),
+             "issue": float(((ts[js, 7] - ts[js, 6]) / 1e3).mean()),
+             "fields": float(((ts[js, 8] - ts[js, 7]) / 1e3).mean())}
+        rj = js[ready[js] <= ts[js, 8]]
+        d["ready_share"] = float(len(rj) / len(js))
+        d["acquire"] = float(((ts[rj, 1] - ts[rj, 8]) / 1e3).mean()) if len(rj) else float("nan")
+        out[k] = d
+    return out
 
 
 def format_summary(s: dict) -> str:
@@ -113,6 +145,13 @@ def format_summary(s: dict) -> str:
             lines.append("(attention: operands = the query and its first block of keys and values; 2nd load = the blocks' "
                          "softmax and products; compute = the partials' stores and, where the last split combines, "
                          "its arrival and the combine)")
+    start = {k: v["start_us_mean"] for k, v in s["per_kind"].items() if "start_us_mean" in v}
+    if start:
+        lines.append(f"{'start (detail)':34} {'header':>9} {'issue':>8} {'fields':>8} {'acquire':>8} {'ready':>6}   "
+                     "(us, mean; acquire over the ready waits)")
+        for k, d in start.items():
+            lines.append(f"{k:34} {d['header']:9.2f} {d['issue']:8.2f} {d['fields']:8.2f} {d['acquire']:8.2f} "
+                         f"{d['ready_share']:6.0%}")
     if "kind_us" in s:
         lines.append("placement with these body times: --tile-config '" + json.dumps({"kind_us": s["kind_us"]}) + "'")
     return "\n".join(lines)
