@@ -74,7 +74,8 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--json", help="also write the results to this file")
     b.add_argument("--profile", nargs="?", const=True, default=False, choices=["detail"], metavar="detail",
                    help="also record per-task timestamps of one kogc step and print where the time goes; "
-                        "--profile detail also splits matvec bodies into operands / compute / publish")
+                        "--profile detail also splits matvec bodies into operands / compute / publish and every "
+                        "task's start into header / issue / wait fields / acquire")
     b.add_argument("--interpret", action="store_true",
                    help="no GPU: run kogc's kernel under Triton's interpreter (CPU figures; kogc and eager only)")
     b.add_argument("--task-times", metavar="FILE",
