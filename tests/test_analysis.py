@@ -106,6 +106,24 @@ def test_a_played_timeline_is_replayed_exactly(parallel):
     assert longest_path(s, body_us(s, ids, ts), notify, True, over)[0] == pytest.approx(span, rel=0.02)
 
 
+def test_a_detail_profile_replays_its_table_reads_free(parallel):
+    # a detail profile's stamp 8 (the wait's table fields arrived) 0.1 us after every start: the replay
+    # also removes that part of each start alone, which lands between the measured starts and none
+    from kogc.analysis import format_replay, replay
+    s = parallel
+    ids, ts = played(s)
+    assert "table_free_us" not in replay(s, ids, ts, [0.5])["with_overheads"]
+    detail = np.zeros((len(ids), 9), dtype=np.int64)
+    detail[:, :3] = ts
+    detail[:, 6:9] = ts[:, :1] + np.array([20, 60, 100])
+    r = replay(s, ids, detail, [0.5])
+    w = r["with_overheads"]
+    assert w["table_per_program_us"] == pytest.approx(np.mean([0.1 * len(q) for q in s.queues]))
+    none = {(x["overhead_scale"], x["notify_scale"]): x["as_scheduled_us"] for x in w["whatif"]}[(0.0, 1.0)]
+    assert none < w["table_free_us"] < w["as_scheduled_us"]
+    assert "table reads alone" in format_replay(r)
+
+
 def test_phases_add_up_to_the_layer(sequential):
     # one queue back to back, every task 0.5 us of wait then 1 us of body: each phase's body is 1 us,
     # its task count the schedule's, and the phases span a whole layer (last W2 to last W2)

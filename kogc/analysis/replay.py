@@ -10,7 +10,10 @@ graph, no GPU needed:
 - with overheads: as scheduled, each task also paying what a task costs its program before its body
   (measured: the median wait segment of the tasks whose data was already there, per kind) and the
   measured notify latency; close to the measured step; and the same with the overheads halved or
-  removed and the notify halved: what a cheaper task start or hop would buy.
+  removed and the notify halved. A start includes the arrival of the weight tile its task issued
+  (a ready wait answers behind it: docs/design.md), so those rows are upper bounds; with a "detail"
+  profile the replay also removes only the start's table reads (start to the wait's table fields
+  arrived), what a cheaper start alone could buy.
 """
 from __future__ import annotations
 
@@ -71,14 +74,16 @@ def chain_composition(schedule, task_us: list[float], latency_us: float) -> dict
             "per_kind": {k: {"tasks": n, "us": us} for k, (n, us) in sorted(kinds.items(), key=lambda kv: -kv[1][1])}}
 
 
-def measured_overheads(schedule, ids: np.ndarray, ts: np.ndarray, others=()) -> tuple[list[float], ...]:
+def measured_overheads(schedule, ids: np.ndarray, ts: np.ndarray, others=(), upto: int = 1) -> tuple[list[float], ...]:
     """Per task: the median wait segment (start to after its waits, us) of its (kind, has waits) group
     over the tasks whose producers had ended before they started (nothing to wait for; the median of
     all of those for a group with none); and the median notify (producer end to after the waits) of
     the tasks that did wait. With `others` (the same tasks placed otherwise), also their per-task
-    lists, from the same medians: (per task, notify, per task of each of others...)."""
+    lists, from the same medians: (per task, notify, per task of each of others...). `upto`: the
+    stamp that ends the segment (8 in a detail profile: the wait's table fields arrived; a task without
+    it, inside a matvec run, ends at its after-waits stamp)."""
     blocked, notify = wait_split(schedule, ids, ts)
-    seg = (ts[:, 1] - ts[:, 0]) / 1e3
+    seg = (np.where(ts[:, upto] > 0, ts[:, upto], ts[:, 1]) - ts[:, 0]) / 1e3
     groups: dict = defaultdict(list)
     for j, tid in enumerate(ids):
         if blocked[j] == 0:
@@ -109,13 +114,16 @@ def replay(schedule, ids: np.ndarray, ts: np.ndarray, latencies: list[float]) ->
     whatif = [{"overhead_scale": f, "notify_scale": g,
                "as_scheduled_us": longest_path(schedule, task_us, notify * g, True, [o * f for o in over])[0]}
               for f in (1.0, 0.5, 0.0) for g in (1.0, 0.5) if (f, g) != (1.0, 1.0)]
+    w = {"notify_us": notify, "as_scheduled_us": longest_path(schedule, task_us, notify, True, over)[0],
+         "overhead_per_program_us": float(np.mean(per_program)), "whatif": whatif}
+    if ts.shape[1] >= 9 and (ts[:, 8] > 0).any():    # a detail profile: the start's table reads alone
+        table = measured_overheads(schedule, ids, ts, upto=8)[0]
+        w["table_per_program_us"] = float(np.mean([sum(table[t] for t in q) for q in schedule.queues]))
+        w["table_free_us"] = longest_path(schedule, task_us, notify, True,
+                                          [max(o - r, 0.0) for o, r in zip(over, table)])[0]
     return {"tasks": len(schedule.tasks), "programs": len(schedule.queues),
             "measured_span_us": float(ts[:, 2].max() - ts[:, 0].min()) / 1e3,
-            "balanced_us": sum(task_us) / len(schedule.queues), "rows": rows,
-            "with_overheads": {"notify_us": notify,
-                               "as_scheduled_us": longest_path(schedule, task_us, notify, True, over)[0],
-                               "overhead_per_program_us": float(np.mean(per_program)),
-                               "whatif": whatif}}
+            "balanced_us": sum(task_us) / len(schedule.queues), "rows": rows, "with_overheads": w}
 
 
 def same_tasks(a, b) -> bool:
@@ -155,6 +163,11 @@ def format_replay(r: dict) -> str:
     for x in w["whatif"]:
         lines.append(f"  overheads x{x['overhead_scale']:.1f}, notify x{x['notify_scale']:.1f}: "
                      f"{x['as_scheduled_us']:.1f} us ({x['as_scheduled_us'] / w['as_scheduled_us'] - 1:+.1%})")
+    lines.append("  (upper bounds: a start includes its weight tile's arrival, which a cheaper start does not remove)")
+    if "table_free_us" in w:
+        lines.append(f"  the starts' table reads alone (start to the wait's table fields, {w['table_per_program_us']:.1f} us "
+                     f"a program) free: {w['table_free_us']:.1f} us "
+                     f"({w['table_free_us'] / w['as_scheduled_us'] - 1:+.1%})")
     if "placed_with" in r:
         p = r["placed_with"]
         lines.append(f"placed with {p['tile_config']}: {p['other_us']:.1f} us against {p['profiled_us']:.1f} "
