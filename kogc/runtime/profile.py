@@ -105,7 +105,8 @@ def start_split(schedule, ids: np.ndarray, ts: np.ndarray, kinds: dict) -> dict:
     table row's header arrived; `issue` -> the wait entered (the dispatch and the loads issued before
     it); `fields` -> the wait's own table fields arrived; and over the tasks whose producers had all
     ended before those fields arrived ("ready"), `acquire` -> after the waits (the acquire loads and
-    the broadcast to the program's threads). Tasks inside a matvec run after its first have no start."""
+    the broadcast to the program's threads). Tasks inside a matvec run after its first have no start.
+    (The start's own timer may be read after the header arrived: take header + issue as one figure.)"""
     ready = producers_done(schedule, ids, ts)
     out = {}
     for k, js in kinds.items():
