@@ -6,8 +6,9 @@ program and lost most where the fewest tasks used it: the LM head alone in runs 
 That would follow if shared memory taken from L1 slowed the phases whose tiles stream through registers
 (and so through L1). Here the kernel is unchanged; only the driver's preferred carveout of the kernel
 (CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, percent of the maximum shared memory) is set: -1 the
-driver's default, the most L1 that still fits three programs (below), 100 the most shared memory. Each setting is timed as `kogc sweep` times a
-variant (one launch per step from a cache at `--context`), three rounds alternating, median ms per token.
+driver's default, the most L1 that still fits three programs (below), 100 the most shared memory. Each setting
+is timed as `kogc sweep` times a variant (one launch per step from a cache at `--context`), three rounds
+alternating, median ms per token.
 A carveout too small for three programs' shared memory (the kernel's own, from its metadata, and the driver's
 1 KB each, of an SM's 228 KB) refuses the cooperative launch ("too many blocks"), so the most L1 tried is the
 smallest percentage that fits them.
@@ -55,16 +56,17 @@ def main() -> None:
     need = 3 * (ck.compiled.metadata.shared + 1024)
     least = math.ceil(100 * need / (SM_SHARED_KB * 1024)) + 1
     print(f"kernel shared memory {ck.compiled.metadata.shared} B a program: the most L1 that fits is carveout {least}%")
-    CARVEOUTS = (-1, least, 100)
-    rows = {c: [] for c in CARVEOUTS}
+    carveouts = (-1, least, 100)
+    rows = {c: [] for c in carveouts}
     for _ in range(a.rounds):
-        for c in CARVEOUTS:
+        for c in carveouts:
             set_carveout(libcuda, function, c)
             ms = time_steps(lambda i: ck.launch(1 + i % 50, a.context + 1 + i), a.steps, a.reps, "cuda")
             rows[c] += ms
             print(f"carveout {c:>4}: {statistics.median(ms):.4f} ms per token", flush=True)
     ck.raise_if_stuck()
-    res = {"shared_bytes": ck.compiled.metadata.shared, "model_file": a.model_file, "config": a.config, "context": a.context, "device": torch.cuda.get_device_name(),
+    res = {"shared_bytes": ck.compiled.metadata.shared, "model_file": a.model_file, "config": a.config,
+           "context": a.context, "device": torch.cuda.get_device_name(),
            "ms": {str(c): v for c, v in rows.items()},
            "median_ms": {str(c): statistics.median(v) for c, v in rows.items()}}
     print(json.dumps(res["median_ms"]))

@@ -74,15 +74,17 @@ def chain_composition(schedule, task_us: list[float], latency_us: float) -> dict
             "per_kind": {k: {"tasks": n, "us": us} for k, (n, us) in sorted(kinds.items(), key=lambda kv: -kv[1][1])}}
 
 
-def measured_overheads(schedule, ids: np.ndarray, ts: np.ndarray, others=(), upto: int = 1) -> tuple[list[float], ...]:
+def measured_overheads(schedule, ids: np.ndarray, ts: np.ndarray, others=(), upto: int = 1,
+                       split: tuple | None = None) -> tuple[list[float], ...]:
     """Per task: the median wait segment (start to after its waits, us) of its (kind, has waits) group
     over the tasks whose producers had ended before they started (nothing to wait for; the median of
     all of those for a group with none); and the median notify (producer end to after the waits) of
     the tasks that did wait. With `others` (the same tasks placed otherwise), also their per-task
     lists, from the same medians: (per task, notify, per task of each of others...). `upto`: the
     stamp that ends the segment (8 in a detail profile: the wait's table fields arrived; a task without
-    it, inside a matvec run, ends at its after-waits stamp)."""
-    blocked, notify = wait_split(schedule, ids, ts)
+    it, inside a matvec run, ends at its after-waits stamp). split: wait_split's answer, where the caller
+    has it."""
+    blocked, notify = split if split is not None else wait_split(schedule, ids, ts)
     seg = (np.where(ts[:, upto] > 0, ts[:, upto], ts[:, 1]) - ts[:, 0]) / 1e3
     groups: dict = defaultdict(list)
     for j, tid in enumerate(ids):
@@ -107,23 +109,29 @@ def replay(schedule, ids: np.ndarray, ts: np.ndarray, latencies: list[float]) ->
     for lat in latencies:
         rows.append({"latency_us": lat, "as_scheduled_us": longest_path(schedule, task_us, lat, True)[0],
                      "chain_us": longest_path(schedule, task_us, lat, False)[0]})
-    over, notify = measured_overheads(schedule, ids, ts)
-    per_program = [sum(over[t] for t in q) for q in schedule.queues]
-    # what a cheaper task start (header, arguments, a ready acquire) or a cheaper hop would buy: the
-    # same replay with the start overheads and the notify latency scaled
+    split = wait_split(schedule, ids, ts)
+    over, notify = measured_overheads(schedule, ids, ts, split=split)
+    # the same replay with the start overheads and the notify latency scaled (upper bounds for a cheaper
+    # start: an overhead includes the task's tile arriving) and, from a detail profile, with only the
+    # starts' table reads removed
     whatif = [{"overhead_scale": f, "notify_scale": g,
                "as_scheduled_us": longest_path(schedule, task_us, notify * g, True, [o * f for o in over])[0]}
               for f in (1.0, 0.5, 0.0) for g in (1.0, 0.5) if (f, g) != (1.0, 1.0)]
     w = {"notify_us": notify, "as_scheduled_us": longest_path(schedule, task_us, notify, True, over)[0],
-         "overhead_per_program_us": float(np.mean(per_program)), "whatif": whatif}
-    if ts.shape[1] >= 9 and (ts[:, 8] > 0).any():    # a detail profile: the start's table reads alone
-        table = measured_overheads(schedule, ids, ts, upto=8)[0]
-        w["table_per_program_us"] = float(np.mean([sum(table[t] for t in q) for q in schedule.queues]))
+         "overhead_per_program_us": _per_program_mean(schedule, over), "whatif": whatif}
+    if ts.shape[1] >= 9 and (ts[:, 8] > 0).any():
+        table = measured_overheads(schedule, ids, ts, upto=8, split=split)[0]
+        w["table_per_program_us"] = _per_program_mean(schedule, table)
         w["table_free_us"] = longest_path(schedule, task_us, notify, True,
                                           [max(o - r, 0.0) for o, r in zip(over, table)])[0]
     return {"tasks": len(schedule.tasks), "programs": len(schedule.queues),
             "measured_span_us": float(ts[:, 2].max() - ts[:, 0].min()) / 1e3,
             "balanced_us": sum(task_us) / len(schedule.queues), "rows": rows, "with_overheads": w}
+
+
+def _per_program_mean(schedule, per_task: list[float]) -> float:
+    """The mean over programs of the sum of per_task over each program's queue."""
+    return float(np.mean([sum(per_task[t] for t in q) for q in schedule.queues]))
 
 
 def same_tasks(a, b) -> bool:

@@ -38,12 +38,14 @@ def producers_done(schedule, ids: np.ndarray, ts: np.ndarray) -> np.ndarray:
     return np.array([max((done[g] for g, _ in schedule.tasks[tid].waits), default=-np.inf) for tid in ids])
 
 
-def wait_split(schedule, ids: np.ndarray, ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def wait_split(schedule, ids: np.ndarray, ts: np.ndarray, ready: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Each task's wait (start to after-waits, us) in two parts, rows in the order of `ids`:
     blocked = how long after its start the last producer it waits on ended (the data was not there);
     notify = from then (or its start) to the end of its waits (the publish reaching the acquire).
-    A task without waits has 0 blocked; its whole wait segment (table reads) counts as notify."""
-    ready = producers_done(schedule, ids, ts)
+    A task without waits has 0 blocked; its whole wait segment (table reads) counts as notify.
+    ready: producers_done's answer, where the caller has it."""
+    if ready is None:
+        ready = producers_done(schedule, ids, ts)
     start, after = ts[:, 0].astype(float), ts[:, 1].astype(float)
     blocked = np.maximum(ready - start, 0.0)
     return blocked / 1e3, (after - np.maximum(start, ready)) / 1e3
@@ -53,7 +55,8 @@ def summarize_times(schedule, ids: np.ndarray, ts: np.ndarray) -> dict:
     """The summary of per-task timestamps (ids, [n, 3] ns: start, after the waits, end; queue order)."""
     tasks = schedule.tasks
     wait, body = (ts[:, 1] - ts[:, 0]) / 1e3, (ts[:, 2] - ts[:, 1]) / 1e3
-    blocked, notify = wait_split(schedule, ids, ts)
+    ready = producers_done(schedule, ids, ts)
+    blocked, notify = wait_split(schedule, ids, ts, ready)
     span = (ts[:, 2].max() - ts[:, 0].min()) / 1e3
     kinds = defaultdict(list)
     for j, tid in enumerate(ids):
@@ -87,7 +90,7 @@ def summarize_times(schedule, ids: np.ndarray, ts: np.ndarray) -> dict:
                 d["publish"] = float(((ts[js, 2] - ts[js, 4]) / 1e3).mean())       # barrier, fence, release
                 per_kind[k]["detail_us_mean"] = d
     if ts.shape[1] >= 9:    # profile="detail": what a task's start is made of
-        for k, d in start_split(schedule, ids, ts, kinds).items():
+        for k, d in start_split(ts, kinds, ready).items():
             per_kind[k]["start_us_mean"] = d
     # each kind's mean body as the placement's cost model for this model (TileConfig.kind_us; the
     # target's default table is laneformer-2b's at context 1024)
@@ -100,14 +103,14 @@ def summarize_times(schedule, ids: np.ndarray, ts: np.ndarray) -> dict:
             "gap_us_per_program_mean": float(np.mean(gaps))}
 
 
-def start_split(schedule, ids: np.ndarray, ts: np.ndarray, kinds: dict) -> dict:
-    """Per kind, the mean parts of a task's start (us), from a "detail" profile: `header` start -> the
+def start_split(ts: np.ndarray, kinds: dict, ready: np.ndarray) -> dict:
+    """Per kind (kinds: rows of ts), the mean parts of a task's start (us), from a "detail" profile
+    (ready: producers_done of the same rows): `header` start -> the
     table row's header arrived; `issue` -> the wait entered (the dispatch and the loads issued before
     it); `fields` -> the wait's own table fields arrived; and over the tasks whose producers had all
     ended before those fields arrived ("ready"), `acquire` -> after the waits (the acquire loads and
     the broadcast to the program's threads). Tasks inside a matvec run after its first have no start.
     (The start's own timer may be read after the header arrived: take header + issue as one figure.)"""
-    ready = producers_done(schedule, ids, ts)
     out = {}
     for k, js in kinds.items():
         js = np.array(js)
