@@ -88,7 +88,7 @@ def runs_here(tgt: Target) -> bool:
 def compile(module: torch.nn.Module, target: str | None = None, device: str | None = None,
             interpret: bool | None = None, tile_config: TileConfig | None = None,
             num_programs: int | None = None, profile: bool | str = False, num_warps: int | None = None,
-            max_registers: int | None = None, gpus: int = 1, one_gpu: bool = False, max_len: int | None = None,
+            max_registers: int | None = None, gpus: int = 1, one_gpu: bool | str = False, max_len: int | None = None,
             weights="model"):
     """Compile a decode-step module into one persistent kernel.
 
@@ -112,6 +112,9 @@ def compile(module: torch.nn.Module, target: str | None = None, device: str | No
     Under the interpreter all ranks run in this process; on a GPU with one_gpu=True, all ranks share
     this one GPU (each its share of the programs: for testing the protocol); started by torchrun with
     G processes, each process compiles and runs its own rank (kogc.runtime.distributed).
+    one_gpu="mirror": rank 0 alone, with all of this device's programs, each peer mirrored by the rank
+    itself (kogc.runtime.ranks.mirror_rank): a CompiledKernel of the model whose G lane groups are copies
+    of rank 0's (its vocabulary shard's logits), timing one GPU's share of a G-GPU step with free exchanges.
 
     A `transformers` causal LM is compiled as its decode step over a static KV cache of `max_len`
     positions (default min(4096, the model's max_position_embeddings)): kogc.frontend.hf.
@@ -125,6 +128,9 @@ def compile(module: torch.nn.Module, target: str | None = None, device: str | No
     given = module
     module = decode_step(module, max_len)
     weights, prequantized = weight_format(step_names(weights, given, module), module)
+    if one_gpu not in (False, True, "mirror"):
+        raise KogcError(f"one_gpu={one_gpu!r}: False, True (every rank on this GPU) or 'mirror' (rank 0 alone, its "
+                        f"peers mirrored)")
     if gpus != 1:
         return _compile_ranked(module, target, device, interpret, tile_config, num_programs, profile, num_warps,
                                max_registers, gpus, one_gpu, weights, prequantized)
@@ -198,6 +204,11 @@ def _compile_ranked(module, target, device, interpret, tile_config, num_programs
         tgt = device_target(tgt, device, num_warps, max_registers)
     placement = "sequential" if interpret else "parallel"
     cfg = tile_config_for(module, tgt, tile_config, interpret, weights)
+    if one_gpu == "mirror":       # rank 0 with all of this GPU's programs, its peers mirrored by itself
+        from .runtime.ranks import mirror_rank
+        schedules = build_rank_schedules(graph, gpus, tgt, placement, cfg, num_programs=num_programs)
+        return mirror_rank(schedules, weights_of(module, graph, prequantized), device, interpret, profile=profile,
+                           num_warps=num_warps or tgt.num_warps, max_registers=max_registers or tgt.max_registers)
     # one GPU shared by the ranks: each gets its share of the resident programs
     programs = num_programs or (None if interpret else max(1, tgt.num_programs // gpus))
     schedules = build_rank_schedules(graph, gpus, tgt, placement, cfg, num_programs=programs)

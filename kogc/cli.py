@@ -82,6 +82,11 @@ def _parser() -> argparse.ArgumentParser:
                    help="with --profile: also write the profiled step's per-task stamps to FILE (.npz), the input "
                         "of kogc analyze")
     gpus_args(b)
+    b.add_argument("--mirror", action="store_true",
+                   help="with --gpus G: rank 0 alone on this GPU with all its programs, every peer mirrored by the "
+                        "rank itself (its sends land in its own buffers): one GPU's share of a G-GPU step with free "
+                        "exchanges, the fastest G GPUs can run it; beside the one-GPU kernel; --profile [detail] "
+                        "and --task-times apply to it")
     b.add_argument("--scaling", action="store_true",
                    help="the scaling table instead: kogc alone for every preset of --config (comma-separated) x "
                         "every context of --context, each with its floor")
@@ -280,6 +285,8 @@ def _write_json(obj, path: str, quiet: bool = False) -> None:
 
 
 def cmd_bench(args) -> int:
+    if args.mirror and args.gpus < 2:
+        return _fail("--mirror runs rank 0 of G ranks: give --gpus G with G >= 2")
     refused = _needs_gpu(args, "kogc bench measures on a CUDA GPU (use --interpret for CPU figures of kogc and eager "
                                "on a small preset)")
     if refused is not None:

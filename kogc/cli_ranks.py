@@ -29,21 +29,31 @@ def compile_ranks(args, graph, target, cfg, t0: float, total: int) -> int:
     return 0
 
 def bench_ranks(args, preset: str | None, context: int, overrides: dict) -> int:
-    """kogc bench --gpus G: kogc on G ranks beside the one-GPU kernel and the TP=G stack (kogc.bench.ranks)."""
-    if args.interpret or args.profile or args.task_times:
-        return _fail("--gpus times the ranks on GPUs: --interpret, --profile and --task-times do not apply "
-                     "(the ranks' remote waits are profiled anyway)")
+    """kogc bench --gpus G: kogc on G ranks beside the one-GPU kernel and the TP=G stack, or with --mirror
+    rank 0 alone with its peers mirrored beside the one-GPU kernel (kogc.bench.ranks)."""
+    if args.interpret:
+        return _fail("--gpus times the ranks on GPUs: not with --interpret")
+    if args.mirror and args.one_gpu:
+        return _fail("--mirror runs rank 0 alone, --one-gpu every rank side by side: give one of them")
+    if not args.mirror and (args.profile or args.task_times):
+        return _fail("--profile and --task-times apply to one kernel: with --gpus only with --mirror (the ranks' "
+                     "remote waits are profiled anyway)")
+    if args.task_times and not args.profile:
+        return _fail("--task-times writes the stamps of a profiled step: it needs --profile")
     if start_ranks(args) is not None:
         return 0
     from .bench import format_table, write_json
-    from .bench.ranks import format_remote_waits, run_bench_ranks
-    res = run_bench_ranks(args.model_file, preset, args.gpus, args.one_gpu, context=context, steps=args.steps,
-                          reps=args.reps, checkpoint=args.checkpoint,
+    from .bench.ranks import format_remote_waits, mirror_speedup, run_bench_ranks
+    res = run_bench_ranks(args.model_file, preset, args.gpus, "mirror" if args.mirror else args.one_gpu,
+                          context=context, steps=args.steps, reps=args.reps, checkpoint=args.checkpoint,
                           overrides=overrides, kogc_options={"tile_config": _tile_config(args.tile_config),
                                                                          "weights": args.weights},
-                          progress=lambda m: print(f"[bench] {m}", file=sys.stderr, flush=True))
+                          progress=lambda m: print(f"[bench] {m}", file=sys.stderr, flush=True),
+                          profile=args.profile or True, task_times=args.task_times)
     print(format_table(res))
     print(f"(floor: {res['floor']['per']})")
+    if args.mirror:
+        print(mirror_speedup(res))
     print(format_remote_waits(res))
     if args.json:
         write_json(res, args.json)
@@ -67,7 +77,7 @@ def start_ranks(args):
         if distributed.rank() != 0:      # one rank prints
             sys.stdout = open(os.devnull, "w")
         return None
-    if args.one_gpu or getattr(args, "interpret", False):
+    if args.one_gpu or getattr(args, "mirror", False) or getattr(args, "interpret", False):
         return None
     from .frontend import to_ir
     from .frontend.model_file import build_for_tracing

@@ -3,9 +3,10 @@
 A file (.npz) holds `ids` (task ids in queue order), `ts` ([tasks, 3 or more] ns from the step's first
 start: start, after the waits, end; a "detail" profile adds more, see kogc.runtime.profile) and `meta`:
 a JSON string naming the model (model file, preset or checkpoint, overrides), the target, the number
-of programs and the TileConfig fields that differ from the defaults, so that `kogc analyze` can build
-the same schedule again. `kogc bench --profile --task-times FILE` and `kogc sweep` (a variant with
-"profile": true, and --out DIR) write them.
+of programs and the TileConfig fields that differ from the defaults (and, for a mirrored rank of
+`kogc bench --gpus G --mirror`, G), so that `kogc analyze` can build the same schedule again.
+`kogc bench --profile --task-times FILE` (also with `--gpus G --mirror`) and `kogc sweep` (a variant
+with "profile": true, and --out DIR) write them.
 """
 from __future__ import annotations
 
@@ -28,14 +29,15 @@ def non_default_fields(cfg, graph=None) -> dict:
 
 
 def save_stamps(ck, path: str, model_file: str | None = None, preset: str | None = None,
-                checkpoint: str | None = None, overrides: dict | None = None) -> str:
-    """Write the last launch's stamps of a profiled kernel `ck` to `path` (.npz); returns the path."""
+                checkpoint: str | None = None, overrides: dict | None = None, mirror_of: int = 0) -> str:
+    """Write the last launch's stamps of a profiled kernel `ck` to `path` (.npz); returns the path.
+    mirror_of=G: `ck` is rank 0 of G run with its peers mirrored (kogc.runtime.ranks.mirror_rank)."""
     from ..runtime.profile import timestamps
     ids, ts = timestamps(ck)
     s = ck.schedule
     meta = {"model_file": model_file, "config": preset, "checkpoint": checkpoint, "overrides": overrides or {},
             "target": s.target.name, "num_programs": len(s.queues), "tile_config": non_default_fields(s.tile_config, s.graph),
-            "tasks": len(s.tasks)}
+            "tasks": len(s.tasks), **({"mirror_of": mirror_of} if mirror_of else {})}
     if not path.endswith(".npz"):
         path += ".npz"
     np.savez_compressed(path, ids=ids, ts=ts, meta=np.array(json.dumps(meta)))
@@ -89,7 +91,12 @@ def schedule_for(meta: dict, model_file: str | None = None, preset: str | None =
     model = build_for_tracing(model_file, preset=preset, checkpoint=checkpoint, **overrides)
     from ..api import tile_config_for
     cfg = tile_config_for(model, tgt, cfg)   # placed as kogc.compile places it (a recorded kind_us is kept)
-    return build_schedule(to_ir(model), tgt, "parallel", cfg, num_programs=num_programs or meta.get("num_programs"))
+    programs = num_programs or meta.get("num_programs")
+    if meta.get("mirror_of"):    # rank 0 of G, its peers mirrored: read as one GPU's schedule
+        from ..scheduler.ranks import build_rank_schedules, mirrored
+        return mirrored(build_rank_schedules(to_ir(model), meta["mirror_of"], tgt, "parallel", cfg,
+                                             num_programs=programs)[0])
+    return build_schedule(to_ir(model), tgt, "parallel", cfg, num_programs=programs)
 
 
 def check_fits(schedule, ids: np.ndarray, path: str) -> None:

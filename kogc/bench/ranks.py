@@ -5,7 +5,10 @@ peers' flags.
 
 Run as G processes (one per GPU: `kogc bench --gpus G` starts them; under torchrun each process runs
 this) or, with `--one-gpu`, every rank on this one GPU (a test of the protocol: the ranks share the
-GPU's bandwidth, so the floor is the whole model's)."""
+GPU's bandwidth, so the floor is the whole model's), or, with `--mirror`, rank 0 alone on this GPU
+with every peer mirrored by itself (kogc.runtime.ranks.mirror_rank): one GPU's share of a G-GPU step
+with free exchanges and peers in perfect step, the fastest G GPUs can run the schedule; its profiled
+step is summarised and can be written for `kogc analyze` (--task-times)."""
 from __future__ import annotations
 
 import time
@@ -16,15 +19,19 @@ from .measure import Row, bytes_per_token, read_bandwidth, time_steps
 
 
 def _kernels(ck):
-    """The rank kernels this process runs (all of them on one GPU, its own across GPUs)."""
-    return ck.kernels if hasattr(ck, "kernels") else [ck.kernel]
+    """The rank kernels this process runs (all of them on one GPU, its own across GPUs, the mirrored one)."""
+    if hasattr(ck, "kernels"):
+        return ck.kernels
+    from ..runtime.kernel import CompiledKernel
+    return [ck] if isinstance(ck, CompiledKernel) else [ck.kernel]
 
 
 def _launcher(ck):
     """launch(token, pos, nsteps) for every rank this process runs."""
     if hasattr(ck, "kernels"):
         return lambda tok, pos, n=1: ck._launch_all(tok, pos, nsteps=n)
-    return lambda tok, pos, n=1: ck.kernel.launch(tok, pos, nsteps=n)
+    k = _kernels(ck)[0]
+    return lambda tok, pos, n=1: k.launch(tok, pos, nsteps=n)
 
 
 def remote_waits(kernels) -> dict:
@@ -44,10 +51,12 @@ def remote_waits(kernels) -> dict:
     return {"per_rank": out}
 
 
-def run_bench_ranks(model_file: str, preset: str | None, gpus: int, one_gpu: bool, context: int = 1024,
+def run_bench_ranks(model_file: str, preset: str | None, gpus: int, one_gpu: bool | str, context: int = 1024,
                     steps: int = 100, reps: int = 5, seed: int = 0, checkpoint: str | None = None,
                     overrides: dict | None = None, kogc_options: dict | None = None, quiet: bool = False,
-                    progress=None) -> dict:
+                    progress=None, profile: bool | str = True, task_times: str | None = None) -> dict:
+    """one_gpu: False (a process per GPU), True (every rank on this GPU) or "mirror". profile: how the
+    profiled step is recorded (True or "detail"); task_times: with "mirror", where to write its stamps."""
     import torch.distributed as dist
 
     from ..api import compile as kogc_compile
@@ -56,16 +65,18 @@ def run_bench_ranks(model_file: str, preset: str | None, gpus: int, one_gpu: boo
 
     say = progress or (lambda msg: None)
     t0 = time.perf_counter()
+    mirror = one_gpu == "mirror"
     model = build_model(model_file, preset=preset, checkpoint=checkpoint, seed=seed, **(overrides or {}))
     options = dict(kogc_options or {})
     from ..check import ranks_on
     cfg = {"model_file": model_file, "preset": preset, "context": context, "steps": steps, "reps": reps, "gpus": gpus,
-           "ranks_on": ranks_on(gpus, one_gpu=one_gpu), "device": torch.cuda.get_device_name(),
-           "date": time.strftime("%Y-%m-%d %H:%M"), "torch": torch.__version__}
+           "ranks_on": f"rank 0 of {gpus} on one GPU, its peers mirrored" if mirror else ranks_on(gpus, one_gpu=one_gpu),
+           "device": torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d %H:%M"), "torch": torch.__version__}
     rows: list[Row] = []
     readings = [read_bandwidth()]
+    label = f"kogc rank 0 of {gpus}, mirrored" if mirror else f"kogc {gpus} ranks"
 
-    def kogc_rows(ck, label):
+    def kogc_rows(ck):
         for k in _kernels(ck):
             fill_kv_from(k, model)
         launch = _launcher(ck)
@@ -78,15 +89,15 @@ def run_bench_ranks(model_file: str, preset: str | None, gpus: int, one_gpu: boo
         for k in _kernels(ck):
             k.raise_if_stuck()
 
-    say(f"compiling {gpus} ranks" + (" on one GPU" if one_gpu else ""))
+    say(f"compiling {gpus} ranks" + {True: " on one GPU", "mirror": " (rank 0, its peers mirrored)"}.get(one_gpu, ""))
     ck = kogc_compile(model, gpus=gpus, one_gpu=one_gpu, **options)
     kernels = _kernels(ck)
     gen = torch.Generator().manual_seed(seed + 1)      # a random cache up to the context, for every stack
     randomize_kv(kv_cache_buffers(kernels[0].ir, model), context, gen)
     floor_bytes = sum(bytes_per_token(k, context + steps // 2) for k in kernels)
-    kogc_rows(ck, f"kogc {gpus} ranks")
+    kogc_rows(ck)
     say("profiling one step of the ranks")
-    pk = kogc_compile(model, gpus=gpus, one_gpu=one_gpu, profile=True, **options)
+    pk = kogc_compile(model, gpus=gpus, one_gpu=one_gpu, profile=profile, **options)
     for k in _kernels(pk):
         fill_kv_from(k, model)
     for i in range(3):
@@ -97,17 +108,21 @@ def run_bench_ranks(model_file: str, preset: str | None, gpus: int, one_gpu: boo
         parts = [None] * dist.get_world_size()
         dist.all_gather_object(parts, waits["per_rank"])
         waits = {"per_rank": [w for p in parts for w in p]}
+    prof = _mirror_profile(pk, model_file, preset, checkpoint, overrides, task_times, say) if mirror else None
     ck = pk = None
     torch.cuda.empty_cache()
 
     say("compiling the one-GPU kernel")
     single = kogc_compile(model, **options)
     fill_kv_from(single, model)
-    rows.append(Row("kogc 1 GPU", time_steps(lambda i: single.launch(1 + i % 100, context + i), steps, reps, "cuda")))
+    rows.append(Row("kogc 1 GPU", time_steps(lambda i: single.launch(1 + i % 100, context + i), steps, reps, "cuda"),
+                    extra={"floor_bytes": bytes_per_token(single, context + steps // 2)}))
     single = None
     torch.cuda.empty_cache()
 
-    if dist.is_initialized() and dist.get_backend() == "nccl":
+    if mirror:
+        pass                         # (a TP=G stack needs G GPUs: no row)
+    elif dist.is_initialized() and dist.get_backend() == "nccl":
         from .tp import tp_graph_step
         say(f"timing the TP={gpus} stack (NCCL all-reduce, one CUDA graph)")
         try:
@@ -119,16 +134,49 @@ def run_bench_ranks(model_file: str, preset: str | None, gpus: int, one_gpu: boo
         rows.append(Row(f"TP={gpus} NCCL + CUDA graph", [], error="needs an NCCL group with one GPU per rank"))
     readings.append(read_bandwidth())
     bw = max(readings)
+    per = "the whole model on one GPU" if one_gpu is True else "one GPU's share"
     res = {"config": cfg, "floor": {"bytes_per_token": floor_bytes, "read_bw_Bps": bw, "read_bw_readings_Bps": readings,
-                                    "ms": floor_bytes / bw * 1e3,
-                                    "per": "the whole model on one GPU" if one_gpu else "one GPU's share"},
+                                    "ms": floor_bytes / bw * 1e3, "per": per},
            "rows": [r.to_dict(floor_bytes) for r in rows], "remote_waits": waits,
            "seconds": time.perf_counter() - t0}
+    if prof is not None:
+        res["profile"] = prof
     return res
 
 
+def _mirror_profile(pk, model_file, preset, checkpoint, overrides, task_times, say) -> dict:
+    """The mirrored rank's profiled step summarised as one GPU's is (a wait on the peers' sum read as a
+    wait on the rank's own send), and with `task_times` its stamps for kogc analyze."""
+    from ..runtime.profile import format_summary, summarize_times, timestamps
+    from ..scheduler.ranks import mirrored
+    s = pk.schedule
+    prof = summarize_times(mirrored(s), *timestamps(pk))
+    prof["text"] = format_summary(prof)
+    if task_times:
+        from ..analysis.stamps import save_stamps
+        prof["task_times"] = save_stamps(pk, task_times, model_file=model_file, preset=preset, checkpoint=checkpoint,
+                                         overrides=overrides, mirror_of=s.ranks)
+        say(f"wrote the profiled step's task times to {prof['task_times']}")
+    return prof
+
+
+def mirror_speedup(res: dict) -> str:
+    """The mirrored rank against the one-GPU kernel of the same run: what G GPUs could give at most."""
+    rows = {r["name"]: r for r in res["rows"] if r.get("ms_median")}
+    G = res["config"]["gpus"]
+    rank = rows.get(f"kogc rank 0 of {G}, mirrored")
+    one = rows.get("kogc 1 GPU")
+    if not rank or not one:
+        return "mirror: a row failed, no ratio"
+    return (f"rank 0 of {G}, mirrored: {one['ms_median'] / rank['ms_median']:.2f}x the one-GPU kernel "
+            f"({1e3 / rank['ms_median']:.0f} tok/s): the most {G} GPUs can give this schedule (free exchanges, "
+            f"peers in step)")
+
+
 def format_remote_waits(res: dict) -> str:
-    lines = ["waiting on peers' flags in one profiled step (program-us summed over the tasks that wait on a peer):"]
+    mirrored = res["config"]["ranks_on"].endswith("mirrored")
+    lines = ["waiting on peers' flags in one profiled step (program-us summed over the tasks that wait on a peer"
+             + ("; mirrored: on the rank's own sends" if mirrored else "") + "):"]
     for r in res["remote_waits"]["per_rank"]:
         lines.append(f"  rank {r['rank']}: {r['tasks']} tasks, {r['program_us']:.1f} program-us, longest "
                      f"{r['longest_us']:.1f} us")

@@ -32,6 +32,23 @@ def link_peers(kernels: list[CompiledKernel]) -> None:
         k.buffers.PEERS = torch.tensor(ptrs or [0, 0], dtype=torch.int64, device=k.buffers.F32.device)
 
 
+def mirror_rank(schedules: list[Schedule], weights: dict[str, torch.Tensor], device: str, interpret: bool,
+                **kernel_options) -> CompiledKernel:
+    """Rank 0 of G alone on this device, every peer mirrored by the rank itself: its peer table names its
+    own receive buffers and counters G - 1 times, so each send fills every slot of its own receive buffer
+    and counts as all G - 1 peers' (kogc.scheduler.ranks.mirrored, which proves the rank runs so). It
+    computes the model whose G lane groups are copies of rank 0's (its vocabulary shard's logits; its token
+    that shard's best), and times one GPU's share of a G-GPU step with free exchanges and peers in
+    perfect step: the fastest G GPUs can run this schedule. For `kogc bench --gpus G --mirror`."""
+    from ..scheduler.ranks import mirrored
+    s = schedules[0]
+    mirrored(s)
+    k = CompiledKernel(s.graph, s, weights, device, interpret, **kernel_options)
+    own = [k.buffers.F32.data_ptr(), k.buffers.CNT.data_ptr()]
+    k.buffers.PEERS = torch.tensor(own * (s.ranks - 1), dtype=torch.int64, device=k.buffers.F32.device)
+    return k
+
+
 class RankedKernel:
     """`step(token, pos)` and `generate(...)` over G ranks (the lanes spread over them, the LM head cut
     into vocabulary shards); the same results as the one-GPU kernel."""

@@ -179,3 +179,32 @@ class _Combined:
                 raise SchedulerError(f"rank {r}: task {t.id} ({t.op}, lane {t.lane}) does not feed the rank's token: "
                                      f"a later step could overwrite its buffers while it runs")
             s.__dict__["_step_closed"] = True      # Schedule.check_step_closure's cached proof
+
+
+def mirrored(s: Schedule) -> Schedule:
+    """Rank `s` as it runs alone on one GPU with every peer mirrored by the rank itself
+    (kogc.runtime.ranks.mirror_rank): its own send of each sum stands for all G - 1 peers' sends, storing
+    into every slot of its own receive buffer and counting G - 1 times on its own receive event, as G
+    ranks in perfect step with free exchanges would. Proven here as it runs (a wait the mirror could not
+    satisfy, or a read of a receive buffer that no wait orders after the send, is refused before launch,
+    named). Returned as a one-GPU schedule for reading the mirror's profile (kogc analyze): each wait on
+    a received sum a wait on the rank's own send of it, and each reader of a receive buffer depending
+    on that send. The kernel runs `s` itself."""
+    if s.ranks < 2:
+        raise SchedulerError("a mirrored rank needs a schedule of several ranks (gpus >= 2)")
+    sender = {x.event: x.send for x in s.exchanges}
+    recv = []
+    for x in s.exchanges:
+        _, off, size, _ = s.layout.slots[x.recv]
+        recv.append((off, off + size, x.send))
+    tasks = []
+    for t in s.tasks:
+        mine = [snd for lo, hi, snd in recv if any(r.arena == "f32" and r.start < hi and lo < r.end for r in t.reads)]
+        tasks.append(dataclasses.replace(t, deps=list(t.deps) + mine) if mine else t)
+    check_schedule(tasks, s.events, s.queues, {x.send: [x.event] * (s.ranks - 1) for x in s.exchanges})
+    for i, t in enumerate(tasks):
+        if any(g in sender for g, _ in t.waits):
+            tasks[i] = dataclasses.replace(t, waits=[(s.tasks[sender[g]].group, s.events[s.tasks[sender[g]].group].need)
+                                                     if g in sender else (g, n) for g, n in t.waits])
+    events = [dataclasses.replace(e, tasks=[sender[e.id]], remote=0) if e.id in sender else e for e in s.events]
+    return dataclasses.replace(s, tasks=tasks, events=events, exchanges=[], first_remote=None)

@@ -1,0 +1,121 @@
+"""A rank run alone with its peers mirrored (`kogc bench --gpus G --mirror`): under the interpreter it
+computes the model whose lane groups are copies of rank 0's, and its proof refuses what it cannot run."""
+import types
+
+import numpy as np
+import pytest
+import torch
+
+import kogc
+from kogc.errors import KogcError
+from conftest import tiny
+from kogc.frontend import to_ir
+from kogc.ir.shard import vocab_shard
+from kogc.scheduler import SchedulerError
+from kogc.scheduler.ranks import build_rank_schedules, mirrored
+from kogc.targets import get_target
+from test_ranks import L8, ONE_SPLIT, _eager_steps
+
+
+def _copied_lane_groups(model, gpus: int):
+    """`model` with every lane group a copy of the first (the model a mirrored rank 0 computes)."""
+    L = model.config.num_lanes
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() >= 2 and p.shape[0] == L:
+                for q in range(1, gpus):
+                    p[q * L // gpus:(q + 1) * L // gpus] = p[:L // gpus]
+    return model
+
+
+@pytest.mark.parametrize("gpus,overrides", [
+    (2, dict(broadcast_delay=1, use_early_comm=True, num_hidden_layers=2)),
+    (4, dict(broadcast_delay=2, use_early_comm=False, replicated_rmsn_scale=False, num_hidden_layers=3)),
+], ids=["G2-d1-early", "G4-d2-late-perlane"])
+def test_a_mirrored_rank_computes_the_model_with_copied_lane_groups(gpus, overrides):
+    """Fresh random weights, the lane groups then made copies of rank 0's: the mirror's logits are eager's
+    on rank 0's vocabulary shard (fp32, 1e-5) and its token that shard's best, over 3 steps (both halves
+    of the receive buffers)."""
+    model = _copied_lane_groups(tiny(seed=10 + gpus, **L8, **overrides), gpus)
+    ck = kogc.compile(model, gpus=gpus, one_gpu="mirror", tile_config=ONE_SPLIT)
+    lo, n = vocab_shard(model.config.vocab_size, gpus, 0)
+    gen = torch.Generator().manual_seed(gpus)
+    tokens = torch.randint(0, model.config.vocab_size, (3,), generator=gen).tolist()
+    for pos, (tok, (el, _)) in enumerate(zip(tokens, _eager_steps(model, tokens))):
+        logits, got = ck.step(tok, pos)
+        want = el[lo:lo + n]
+        assert torch.allclose(logits, want, atol=1e-5, rtol=1e-5), (pos, float((logits - want).abs().max()))
+        assert got == lo + int(want.argmax())
+
+
+def test_the_mirror_refuses_a_rank_it_cannot_run():
+    """A reader of a received sum without its wait: the mirror's proof names the race before launch."""
+    s = build_rank_schedules(to_ir(tiny(**L8)), 2, get_target("h200"), num_programs=8)[0]
+    mirrored(s)                                       # the rank as built: proven
+    t = next(t for t in s.tasks if any(g >= s.first_remote for g, _ in t.waits))
+    t.waits = [(g, n) for g, n in t.waits if g < s.first_remote]
+    with pytest.raises(SchedulerError, match="race"):
+        mirrored(s)
+    with pytest.raises(KogcError, match="one_gpu='bad'"):
+        kogc.compile(tiny(), gpus=2, one_gpu="bad")
+
+
+def test_a_mirrored_rank_profile_reads_as_one_gpus(tmp_path, capsys):
+    """The mirror's stamps (here a timeline played by the kernel's rules) are summarised and written
+    like one GPU's, and `kogc analyze` builds the mirrored rank's schedule again from the file."""
+    from test_analysis import played
+
+    from kogc.analysis import load_stamps, save_stamps
+    from kogc.cli import main
+    from kogc.runtime.profile import summarize_times
+    from conftest import MODEL_FILE
+    overrides = dict(L8, num_hidden_layers=2)
+    s = build_rank_schedules(to_ir(tiny(**overrides)), 2, get_target("h200"), num_programs=8)[0]
+    m = mirrored(s)
+    assert not m.exchanges and all(g < len(m.events) and not (s.first_remote <= g) for t in m.tasks for g, _ in t.waits)
+    ids, ts = played(m)
+    summary = summarize_times(m, ids, ts)
+    assert summary["per_kind"]["send"]["tasks"] > 0 and summary["span_us"] > 0
+    prof = np.zeros((len(s.queues), max(len(q) for q in s.queues), 3), dtype=np.int64)
+    j = 0
+    for p, q in enumerate(s.queues):
+        prof[p, :len(q)] = ts[j:j + len(q)] + 1_000_000
+        j += len(q)
+    ck = types.SimpleNamespace(schedule=s, buffers=types.SimpleNamespace(PROF=types.SimpleNamespace(
+        cpu=lambda: types.SimpleNamespace(numpy=lambda: prof))))
+    path = save_stamps(ck, str(tmp_path / "mirror"), model_file=MODEL_FILE, preset="tiny", overrides=overrides,
+                       mirror_of=2)
+    assert load_stamps(path)[2]["mirror_of"] == 2
+    assert main(["analyze", "replay", path]) == 0
+    assert "step span" in capsys.readouterr().out
+
+
+@pytest.mark.gpu
+def test_a_mirrored_rank_on_the_gpu():
+    """The mirror as `kogc bench --gpus G --mirror` runs it: all of this GPU's programs, the parallel
+    placement, a cooperative launch, its peer table naming its own buffers. 8 lanes over G = 4, lane
+    groups copied: 16 steps equal eager's shard (fp32, 1e-4; the token tie-aware), and 32 tokens from one
+    launch equal those of one-step launches; 10 repeated generations finish (no stuck wait)."""
+    model = _copied_lane_groups(tiny(seed=7, **L8, num_hidden_layers=3, broadcast_delay=2), 4)
+    ck = kogc.compile(model, gpus=4, one_gpu="mirror")
+    lo, n = vocab_shard(model.config.vocab_size, 4, 0)
+    tokens = torch.randint(0, model.config.vocab_size, (16,), generator=torch.Generator().manual_seed(7)).tolist()
+    for pos, (tok, (el, _)) in enumerate(zip(tokens, _eager_steps(model, tokens))):
+        logits, got = ck.step(tok, pos)
+        want = el[lo:lo + n]
+        assert torch.allclose(logits.cpu(), want, atol=1e-4, rtol=1e-4), (pos, float((logits.cpu() - want).abs().max()))
+        assert lo <= got < lo + n and want[got - lo] >= want.max() - 1e-4
+    ck.reset()
+    one_launch = ck.generate([1, 2, 3], 32)
+    ck.reset()
+    stepped, tok = [], None
+    for pos, t in enumerate([1, 2, 3]):
+        _, tok = ck.step(t, pos)
+    for pos in range(3, 3 + 32):
+        stepped.append(tok)
+        if len(stepped) < 32:
+            _, tok = ck.step(tok, pos)
+    assert one_launch == stepped
+    for _ in range(10):
+        ck.reset()
+        assert len(ck.generate([1], 16)) == 16
