@@ -128,6 +128,10 @@ def _parser() -> argparse.ArgumentParser:
     w.add_argument("--out", metavar="DIR", help="where a profiled variant's task times (task-times-CONTEXT[-vI].npz, "
                                                "for kogc analyze) and trace (trace-*.json) go")
     w.add_argument("--interpret", action="store_true", help="no GPU: a smoke run under Triton's interpreter")
+    w.add_argument("--gpus", type=int, default=1, metavar="G", help="with --mirror: the ranks of the schedule timed")
+    w.add_argument("--mirror", action="store_true",
+                   help="with --gpus G: every variant is rank 0 of G alone on this GPU, its peers mirrored (as kogc "
+                        "bench --mirror), checked against eager on the model with its lane groups copied from rank 0's")
     m = sub.add_parser("predict", help="model the speed of delayed tensor parallelism on G GPUs (no GPU needed)",
                        description="Replay every rank's schedule together with the placement's task times (the "
                                    "model's measured one-GPU times where it ships them), a hop within a GPU and one "
@@ -287,6 +291,8 @@ def _write_json(obj, path: str, quiet: bool = False) -> None:
 def cmd_bench(args) -> int:
     if args.mirror and args.gpus < 2:
         return _fail("--mirror runs rank 0 of G ranks: give --gpus G with G >= 2")
+    if args.mirror and args.one_gpu:
+        return _fail("--mirror runs rank 0 alone, --one-gpu every rank side by side: give one of them")
     refused = _needs_gpu(args, "kogc bench measures on a CUDA GPU (use --interpret for CPU figures of kogc and eager "
                                "on a small preset)")
     if refused is not None:
@@ -372,6 +378,9 @@ def cmd_check(args) -> int:
 
 
 def cmd_sweep(args) -> int:
+    if (args.gpus != 1) != args.mirror or args.gpus < 1:
+        return _fail("kogc sweep times one kernel: --gpus G (G >= 2) goes with --mirror (rank 0 of G, its peers "
+                     "mirrored); several GPUs are timed by kogc bench --gpus G")
     refused = _needs_gpu(args, "kogc sweep times on a CUDA GPU (use --interpret for a smoke run on a small preset)")
     if refused is not None:
         return refused
@@ -379,7 +388,8 @@ def cmd_sweep(args) -> int:
     res = run_sweep(args.model_file, None if args.checkpoint else args.config, args.variants,
                     _ints(args.context, "--context"), steps=args.steps, reps=args.reps, interpret=args.interpret,
                     checkpoint=args.checkpoint, overrides=model_overrides(args),
-                    out_dir=args.out, json_path=args.json, tile_config=_tile_json(args))
+                    out_dir=args.out, json_path=args.json, tile_config=_tile_json(args),
+                    mirror_of=args.gpus if args.mirror else 0)
     if args.json:
         print(f"wrote {args.json}", file=sys.stderr)
     return 0 if res["passed"] else 1

@@ -33,8 +33,6 @@ def bench_ranks(args, preset: str | None, context: int, overrides: dict) -> int:
     rank 0 alone with its peers mirrored beside the one-GPU kernel (kogc.bench.ranks)."""
     if args.interpret:
         return _fail("--gpus times the ranks on GPUs: not with --interpret")
-    if args.mirror and args.one_gpu:
-        return _fail("--mirror runs rank 0 alone, --one-gpu every rank side by side: give one of them")
     if not args.mirror and (args.profile or args.task_times):
         return _fail("--profile and --task-times apply to one kernel: with --gpus only with --mirror (the ranks' "
                      "remote waits are profiled anyway)")

@@ -119,3 +119,32 @@ def test_a_mirrored_rank_on_the_gpu():
     for _ in range(10):
         ck.reset()
         assert len(ck.generate([1], 16)) == 16
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="interpreter in-process: CPU only")
+def test_sweep_of_a_mirrored_rank_under_the_interpreter(tmp_path, capsys):
+    """`kogc sweep --gpus 2 --mirror`: each variant rank 0 of 2 with its peers mirrored, checked against
+    eager on the model with its lane groups copied (weights and the random cache), on rank 0's shard."""
+    import json
+
+    from test_sweep import MICRO
+
+    from kogc.cli import main
+    out = tmp_path / "sweep.json"
+    rc = main(["sweep", MICRO, "--config", "micro", "--lanes", "2", "--gpus", "2", "--mirror", "--interpret",
+               "--context", "5", "--steps", "1", "--reps", "1", "--variants", '[{}, {"attn_splits": 2}]',
+               "--json", str(out)])
+    text = capsys.readouterr().out
+    assert rc == 0, text
+    rows = json.loads(out.read_text())["rows"]
+    assert len(rows) == 2 and all(r["ok"] and r["mirror_of"] == 2 and r["rel_err_vs_eager"] < 1e-5 for r in rows)
+    assert all(r["same_token_as_eager"] for r in rows)
+
+
+@pytest.mark.parametrize("argv", [["sweep", "--gpus", "2"], ["sweep", "--mirror"], ["bench", "--mirror"],
+                                  ["bench", "--gpus", "2", "--mirror", "--one-gpu"]])
+def test_mirror_options_that_do_not_go_together_are_refused(argv, capsys):
+    from kogc.cli import main
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("kogc: error: ") and ("--mirror" in err[0] or "--gpus" in err[0]), err

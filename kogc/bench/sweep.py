@@ -11,6 +11,11 @@ At every context every variant computes the step for token 7 at that position on
 tie-aware argmax: kogc.check) and with the first variant's; on a GPU also after 16 launches back to
 back from the same cache, each reading the rows the ones before wrote, run twice: the kernel is
 deterministic, so a variant whose two runs differ fails (a race, not rounding).
+
+With `--gpus G --mirror` every variant is rank 0 of G alone on this GPU, its peers mirrored
+(kogc.runtime.ranks.mirror_rank: one GPU's share of a G-GPU step with free exchanges), and the model
+checked against is the same model with every lane group's weights and cache a copy of rank 0's, on
+rank 0's vocabulary shard (what the mirror computes).
 """
 from __future__ import annotations
 
@@ -25,6 +30,7 @@ import torch
 
 from ..check import TIE_ULPS, _miss, default_max_rel_err, rel_err, tie_dtype
 from ..errors import KogcError
+from ..ir.shard import vocab_shard
 from .measure import bytes_per_token, kernel_id, read_bandwidth, time_steps
 
 RUN_OPTIONS = ("num_programs", "num_warps", "max_registers", "profile")
@@ -74,9 +80,11 @@ def parse_variants(text: str, interpret: bool, base: str | None = None) -> list[
 def run_sweep(model_file: str, preset: str | None, variants: str, contexts: list[int], steps: int = 100,
               reps: int = 3, interpret: bool = False, checkpoint: str | None = None, overrides: dict | None = None,
               seed: int = 0, out_dir: str | None = None, json_path: str | None = None, quiet: bool = False,
-              tile_config: str | None = None) -> dict:
+              tile_config: str | None = None, mirror_of: int = 0) -> dict:
     """Time every variant at every context; returns {"read_bw_Bps", "rows": [...], "passed"}.
-    tile_config: TileConfig fields as JSON that every variant starts from."""
+    tile_config: TileConfig fields as JSON that every variant starts from. mirror_of=G: each variant is
+    rank 0 of G with its peers mirrored (kogc.runtime.ranks.mirror_rank), checked against eager on the
+    model with every lane group (weights and cache) a copy of rank 0's, on rank 0's vocabulary shard."""
     from ..api import compile as kogc_compile
     from ..frontend.model_file import build_model
 
@@ -92,6 +100,14 @@ def run_sweep(model_file: str, preset: str | None, variants: str, contexts: list
     device = "cpu" if interpret else "cuda"
     warmup = 0 if interpret else 3
     model = build_model(model_file, preset=preset, checkpoint=checkpoint, seed=seed, **(overrides or {}))
+    full_graph = None
+    if mirror_of:
+        from ..frontend import to_ir
+        from ..ir.shard import check_shardable
+        from ..runtime.ranks import copy_lane_groups
+        full_graph = to_ir(model)
+        check_shardable(full_graph, mirror_of)
+        copy_lane_groups(full_graph, dict(model.named_parameters()), mirror_of)
     dtype = next(model.parameters()).dtype
     ties, limit = tie_dtype(dtype), default_max_rel_err(dtype)
     room = steps + (CHAIN if not interpret else 0) + 2
@@ -108,6 +124,8 @@ def run_sweep(model_file: str, preset: str | None, variants: str, contexts: list
         caches = kv_cache_buffers(ck.ir, model)
         for c in contexts:
             fills[c] = random_kv_rows(caches, c, gen)
+            if mirror_of:
+                copy_lane_groups(full_graph, fills[c], mirror_of)
 
     def set_cache(context, module=None):     # these contents up to `context`, zeros after (the model's caches,
         # or a copy's), found by name: moving a module to a device and back replaces its buffers' tensors
@@ -135,7 +153,11 @@ def run_sweep(model_file: str, preset: str | None, variants: str, contexts: list
             for c in contexts:
                 set_cache(c, m)
                 logits, tok = m(torch.tensor(TOKEN, device=device), torch.tensor(c, device=device))
-                eager[weights][c] = (logits.float().cpu(), int(tok))
+                logits = logits.float().cpu()
+                if mirror_of:       # rank 0's vocabulary shard, its best id
+                    logits = logits[:vocab_shard(logits.shape[0], mirror_of, 0)[1]]
+                    tok = logits.argmax()
+                eager[weights][c] = (logits, int(tok))
             m.to("cpu")
     bw = None if interpret else read_bandwidth()
     if bw:
@@ -150,7 +172,8 @@ def run_sweep(model_file: str, preset: str | None, variants: str, contexts: list
         try:
             ck = kogc_compile(model, interpret=interpret, tile_config=cfg, num_programs=opts.get("num_programs"),
                               profile=opts.get("profile", False), num_warps=opts.get("num_warps"),
-                              max_registers=opts.get("max_registers"))
+                              max_registers=opts.get("max_registers"),
+                              **(dict(gpus=mirror_of, one_gpu="mirror") if mirror_of else {}))
         except Exception as e:     # a variant that cannot compile is a result, not the end of the sweep
             res["rows"].append({"variant": v, "error": f"{type(e).__name__}: {str(e)[:300]}"})
             _say(f"{json.dumps(v)}: FAILED {res['rows'][-1]['error']}", quiet, always=True)
@@ -187,8 +210,10 @@ def run_sweep(model_file: str, preset: str | None, variants: str, contexts: list
                 row["chain_same_token"] = chain[1] == ref["chain"][1]
             row["ok"] = bool(row["rel_err_vs_eager"] <= limit and miss is None and row.get("chain_same_token", True)
                              and not row.get("chain_repeat_rel_err"))
+            if mirror_of:
+                row["mirror_of"] = mirror_of
             if opts.get("profile"):
-                _profile(ck, row, out_dir, context, vi, model_file, preset, checkpoint, overrides, quiet)
+                _profile(ck, row, out_dir, context, vi, model_file, preset, checkpoint, overrides, quiet, mirror_of)
             res["rows"].append(row)
             _say(format_row(row), quiet, always=True)
         ck = None                      # free its buffers before the next variant
@@ -236,18 +261,19 @@ def _measure(ck, model, set_cache, context: int, steps: int, reps: int, device: 
             "generate_ms_median": sorted(gen)[len(gen) // 2]}
 
 
-def _profile(ck, row, out_dir, context, vi, model_file, preset, checkpoint, overrides, quiet) -> None:
+def _profile(ck, row, out_dir, context, vi, model_file, preset, checkpoint, overrides, quiet, mirror_of=0) -> None:
     from ..analysis.stamps import save_stamps
     from ..inspection.profiled import chrome_trace
-    from ..runtime.profile import format_summary, summarize
-    row["profile"] = summarize(ck)
+    from ..runtime.profile import format_summary, summarize_times, timestamps
+    from ..scheduler.ranks import mirrored
+    row["profile"] = summarize_times(mirrored(ck.schedule) if mirror_of else ck.schedule, *timestamps(ck))
     _say(format_summary(row["profile"]), quiet, always=True)
     if out_dir:
         os.makedirs(out_dir, exist_ok=True)
         tag = f"{context}-v{vi}" if vi else f"{context}"
         chrome_trace(ck, os.path.join(out_dir, f"trace-{tag}.json"))
         row["task_times"] = save_stamps(ck, os.path.join(out_dir, f"task-times-{tag}.npz"), model_file=model_file,
-                                       preset=preset, checkpoint=checkpoint, overrides=overrides)
+                                       preset=preset, checkpoint=checkpoint, overrides=overrides, mirror_of=mirror_of)
 
 
 def format_row(r: dict) -> str:

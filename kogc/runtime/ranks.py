@@ -16,7 +16,7 @@ import os
 import torch
 
 from ..errors import KogcError
-from ..ir.graph import Graph
+from ..ir.graph import Graph, Op
 from ..scheduler import Schedule
 from .kernel import CompiledKernel, KernelHangError
 
@@ -30,6 +30,26 @@ def link_peers(kernels: list[CompiledKernel]) -> None:
             q = kernels[(r + 1 + p) % G].buffers
             ptrs += [q.F32.data_ptr(), q.CNT.data_ptr()]
         k.buffers.PEERS = torch.tensor(ptrs or [0, 0], dtype=torch.int64, device=k.buffers.F32.device)
+
+
+def copy_lane_groups(graph: Graph, tensors: dict[str, torch.Tensor], ranks: int) -> None:
+    """In place: in every laned weight or cache of `graph` (unsharded) found in `tensors` by name, lanes
+    first, every rank's lanes made a copy of rank 0's: the model a mirrored rank 0 computes (mirror_rank)."""
+    L = graph.meta["num_lanes"]
+    g = L // ranks
+    with torch.no_grad():
+        for n in graph.nodes:
+            if n.op not in (Op.PARAM, Op.STATE) or n.type is None or n.type.lanes != L:
+                continue
+            name = n.attrs.get("source", n.attrs["name"])
+            if name not in tensors:
+                continue
+            t = tensors[name]
+            if n.attrs.get("view") or t.shape[0] != L:
+                raise KogcError(f"{name}: its {L} lanes are not its first dimension ({tuple(t.shape)}): its lane groups "
+                                f"cannot be copied for a mirrored rank")
+            for q in range(1, ranks):
+                t[q * g:(q + 1) * g] = t[:g]
 
 
 def mirror_rank(schedules: list[Schedule], weights: dict[str, torch.Tensor], device: str, interpret: bool,
