@@ -171,6 +171,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="replay: also the same tasks placed with these TileConfig fields over the profiled ones "
                         "(e.g. '{\"place_latency_us\": 2.0}'), replayed with the profile's measured times: a "
                         "placement ranked without a GPU")
+    a.add_argument("--remote-us", metavar="US[,US...]",
+                   help="replay of a mirrored rank's profile (kogc bench --gpus G --mirror): also with every wait on "
+                        "a peer's sum taking these latencies (a hop across GPUs), e.g. 1,3,5")
     a.add_argument("--json", help="also write the results to this file")
     n = sub.add_parser("inspect", help="what the compiler made and where the time went (no GPU): summary, a "
                                        "task, a queue, a layer's graph, a profile's timeline, trace and roofline",
@@ -402,7 +405,8 @@ def cmd_analyze(args) -> int:
     res, text = analyze(args.analysis, args.task_times, latencies=_floats(args.latency_us, "--latency-us"),
                         first_layers_n=args.first_layers, model_file=args.model_file, preset=args.config,
                         checkpoint=args.checkpoint, lanes=args.lanes, tile_config=_tile_json(args),
-                        target=args.target, num_programs=args.programs, place_with=args.place_with)
+                        target=args.target, num_programs=args.programs, place_with=args.place_with,
+                        remote_us=_floats(args.remote_us, "--remote-us") if args.remote_us else ())
     print(text)
     if args.json:
         _write_json(res, args.json)

@@ -232,7 +232,8 @@ def test_analyze_refuses_another_schedule_and_bad_files(stamps_file, tmp_path, c
             (["analyze", "replay", MODEL_FILE], "not a task-times file"),
             (["analyze", "replay", path, "--latency-us", "x"], "--latency-us must be comma-separated numbers"),
             (["analyze", "replay", path, "--target", "tpu"], "tpu"),
-            (["analyze", "sideways", path], "invalid choice")]:
+            (["analyze", "sideways", path], "invalid choice"),
+            (["analyze", "replay", path, "--remote-us", "3"], "a mirrored rank's profile")]:
         assert main(argv) == 2, argv
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith("kogc: error: ") and message in err[0], (argv, err)

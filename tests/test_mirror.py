@@ -12,7 +12,7 @@ from conftest import tiny
 from kogc.frontend import to_ir
 from kogc.ir.shard import vocab_shard
 from kogc.scheduler import SchedulerError
-from kogc.scheduler.ranks import build_rank_schedules, mirrored
+from kogc.scheduler.ranks import build_rank_schedules, exchange_events, mirrored
 from kogc.targets import get_target
 from test_ranks import L8, ONE_SPLIT, _eager_steps
 
@@ -72,7 +72,10 @@ def test_a_mirrored_rank_profile_reads_as_one_gpus(tmp_path, capsys):
     overrides = dict(L8, num_hidden_layers=2)
     s = build_rank_schedules(to_ir(tiny(**overrides)), 2, get_target("h200"), num_programs=8)[0]
     m = mirrored(s)
-    assert not m.exchanges and all(g < len(m.events) and not (s.first_remote <= g) for t in m.tasks for g, _ in t.waits)
+    # every wait on a peer's sum is one on the rank's own send of it
+    assert all(g < s.first_remote for t in m.tasks for g, _ in t.waits)
+    assert exchange_events(m) == {s.tasks[x.send].group for x in s.exchanges}
+    assert any(g in exchange_events(m) for t in m.tasks for g, _ in t.waits)
     ids, ts = played(m)
     summary = summarize_times(m, ids, ts)
     assert summary["per_kind"]["send"]["tasks"] > 0 and summary["span_us"] > 0
@@ -88,6 +91,13 @@ def test_a_mirrored_rank_profile_reads_as_one_gpus(tmp_path, capsys):
     assert load_stamps(path)[2]["mirror_of"] == 2
     assert main(["analyze", "replay", path]) == 0
     assert "step span" in capsys.readouterr().out
+    # a hop across GPUs on every wait for a peer's sum: the replay grows with it
+    out = tmp_path / "replay.json"
+    assert main(["analyze", "replay", path, "--remote-us", "1,20", "--json", str(out)]) == 0
+    assert "every wait on a peer's sum 20 us" in capsys.readouterr().out
+    import json
+    remote = json.loads(out.read_text())["with_overheads"]["remote"]
+    assert [r["remote_us"] for r in remote] == [1.0, 20.0] and remote[0]["as_scheduled_us"] < remote[1]["as_scheduled_us"]
 
 
 @pytest.mark.gpu

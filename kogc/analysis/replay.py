@@ -26,9 +26,11 @@ from ..scheduler.check import run_order
 
 
 def longest_path(schedule, task_us: list[float], latency_us: float, queues: bool,
-                 overhead_us: list[float] | None = None) -> tuple[float, dict]:
+                 overhead_us: list[float] | None = None, event_us: dict[int, float] | None = None) -> tuple[float, dict]:
     """End time of the last task (us), and the latest end per task kind. task_us[id]: each task's
-    body; with queues, overhead_us[id] (if given) is what the task costs its program before it."""
+    body; with queues, overhead_us[id] (if given) is what the task costs its program before it, and
+    event_us[g] (if given) the latency of a wait on event g in place of latency_us."""
+    event_us = event_us or {}
     tasks, events = schedule.tasks, schedule.events
     end = [0.0] * len(tasks)
     if queues:
@@ -38,7 +40,7 @@ def longest_path(schedule, task_us: list[float], latency_us: float, queues: bool
         for tid in run_order(tasks, events, schedule.queues):    # waited events are complete by then
             t = tasks[tid]
             free = last.get(prog[tid], 0.0) + (overhead_us[tid] if overhead_us is not None else 0.0)
-            start = max([free] + [done_at[g] + latency_us for g, _ in t.waits])
+            start = max([free] + [done_at[g] + event_us.get(g, latency_us) for g, _ in t.waits])
             end[tid] = last[prog[tid]] = start + task_us[tid]
             done_at[t.group] = max(done_at[t.group], end[tid])
     else:                                               # one program per task: only the exact producers
@@ -100,9 +102,11 @@ def measured_overheads(schedule, ids: np.ndarray, ts: np.ndarray, others=(), upt
     return (per_task(schedule), float(np.median(waited)) if len(waited) else 0.0, *map(per_task, others))
 
 
-def replay(schedule, ids: np.ndarray, ts: np.ndarray, latencies: list[float]) -> dict:
+def replay(schedule, ids: np.ndarray, ts: np.ndarray, latencies: list[float], remote_us: list[float] = ()) -> dict:
     """Every replay of one profiled step: the measured span, perfect balance, as scheduled and the
-    chain at each hop latency, and as scheduled with the measured overheads."""
+    chain at each hop latency, and as scheduled with the measured overheads. A mirrored rank's profile
+    (kogc bench --gpus G --mirror) with `remote_us`: also with every wait on a received sum taking each
+    of those latencies (a hop across GPUs) instead of the measured notify."""
     from .stamps import body_us
     task_us = body_us(schedule, ids, ts)
     rows = []
@@ -119,6 +123,12 @@ def replay(schedule, ids: np.ndarray, ts: np.ndarray, latencies: list[float]) ->
               for f in (1.0, 0.5, 0.0) for g in (1.0, 0.5) if (f, g) != (1.0, 1.0)]
     w = {"notify_us": notify, "as_scheduled_us": longest_path(schedule, task_us, notify, True, over)[0],
          "overhead_per_program_us": _per_program_mean(schedule, over), "whatif": whatif}
+    if remote_us and schedule.exchanges:
+        from ..scheduler.ranks import exchange_events
+        stand_ins = exchange_events(schedule)
+        w["remote"] = [{"remote_us": r, "as_scheduled_us": longest_path(schedule, task_us, notify, True, over,
+                                                                        dict.fromkeys(stand_ins, r))[0]}
+                       for r in remote_us]
     if ts.shape[1] >= 9 and (ts[:, 8] > 0).any():
         table = measured_overheads(schedule, ids, ts, upto=8, split=split)[0]
         w["table_per_program_us"] = _per_program_mean(schedule, table)
@@ -176,6 +186,9 @@ def format_replay(r: dict) -> str:
         lines.append(f"  the starts' table reads alone (start to the wait's table fields, {w['table_per_program_us']:.1f} us "
                      f"a program) free: {w['table_free_us']:.1f} us "
                      f"({w['table_free_us'] / w['as_scheduled_us'] - 1:+.1%})")
+    for x in w.get("remote", []):
+        lines.append(f"  every wait on a peer's sum {x['remote_us']:g} us (a hop across GPUs): {x['as_scheduled_us']:.1f} us "
+                     f"({x['as_scheduled_us'] / w['as_scheduled_us'] - 1:+.1%})")
     if "placed_with" in r:
         p = r["placed_with"]
         lines.append(f"placed with {p['tile_config']}: {p['other_us']:.1f} us against {p['profiled_us']:.1f} "

@@ -188,8 +188,8 @@ def mirrored(s: Schedule) -> Schedule:
     ranks in perfect step with free exchanges would. Proven here as it runs (a wait the mirror could not
     satisfy, or a read of a receive buffer that no wait orders after the send, is refused before launch,
     named). Returned as a one-GPU schedule for reading the mirror's profile (kogc analyze): each wait on
-    a received sum a wait on the rank's own send of it, and each reader of a receive buffer depending
-    on that send. The kernel runs `s` itself."""
+    a received sum a wait on the rank's own send of it (the send's event: `exchange_events`), and each
+    reader of a receive buffer depending on that send. The kernel runs `s` itself."""
     if s.ranks < 2:
         raise SchedulerError("a mirrored rank needs a schedule of several ranks (gpus >= 2)")
     sender = {x.event: x.send for x in s.exchanges}
@@ -207,4 +207,9 @@ def mirrored(s: Schedule) -> Schedule:
             tasks[i] = dataclasses.replace(t, waits=[(s.tasks[sender[g]].group, s.events[s.tasks[sender[g]].group].need)
                                                      if g in sender else (g, n) for g, n in t.waits])
     events = [dataclasses.replace(e, tasks=[sender[e.id]], remote=0) if e.id in sender else e for e in s.events]
-    return dataclasses.replace(s, tasks=tasks, events=events, exchanges=[], first_remote=None)
+    return dataclasses.replace(s, tasks=tasks, events=events)
+
+
+def exchange_events(s: Schedule) -> set[int]:
+    """The events of a mirrored rank (`mirrored`) that stand for sums received from peers: its sends'."""
+    return {s.tasks[x.send].group for x in s.exchanges}
