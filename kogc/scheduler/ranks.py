@@ -71,10 +71,8 @@ def _rank_schedule(g: Graph, target: Target, placement: str, cfg: TileConfig, nu
         x.event = len(events)
         events.append(Event(x.event, f"{x.value}.recv", [], remote=npeer))
         tasks[x.send].args[A_RECV_EVENT] = x.event
-        _, off, size, _ = layout.slots[x.recv]
-        for t in tasks:
-            if any(r.arena == "f32" and r.start < off + size and off < r.end for r in t.reads):
-                t.waits.append((x.event, npeer))
+    for t, xs in zip(tasks, _receivers(tasks, layout, exchanges)):
+        t.waits += [(exchanges[i].event, npeer) for i in xs]
     timings["deps"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     est = 0.0
@@ -92,6 +90,17 @@ def _rank_schedule(g: Graph, target: Target, placement: str, cfg: TileConfig, nu
     variants = sorted({t.variant for t in tasks}, key=lambda v: [str(x) for x in v])
     return Schedule(g, target, placement, ops, tasks, events, queues, layout, cfg, variants, est, timings,
                     ranks=g.meta["ranks"], rank=g.meta["rank"], exchanges=exchanges, first_remote=first_remote)
+
+
+def _receivers(tasks: list[Task], layout, exchanges) -> list[list[int]]:
+    """Per task, the indices of the exchanges whose receive buffer it reads (from the regions it reads,
+    not its waits: the checks must see a wait that is missing)."""
+    spans = [(layout.slots[x.recv][1], layout.slots[x.recv][1] + layout.slots[x.recv][2]) for x in exchanges]
+    out = []
+    for t in tasks:
+        f32 = [(r.start, r.end) for r in t.reads if r.arena == "f32"]
+        out.append([i for i, (lo, hi) in enumerate(spans) if any(a < hi and lo < b for a, b in f32)] if f32 else [])
+    return out
 
 
 def _segments(tasks: list[Task], order: list[int], first_remote: int) -> list[list[int]]:
@@ -142,11 +151,8 @@ class _Combined:
                 self.events[eo + e.id] = Event(eo + e.id, f"rank{r}:{e.name}", producers)
             # the exact producers of what a task reads from a receive buffer: the peers' senders (from
             # the regions it reads, not its waits: the check must see a wait that is missing)
-            recv = [(s.layout.slots[x.recv][1], s.layout.slots[x.recv][1] + s.layout.slots[x.recv][2],
-                     senders[(r, x.event)]) for x in s.exchanges]
-            for t in s.tasks:
-                remote_deps = [d for lo, hi, ids in recv
-                               if any(a.arena == "f32" and a.start < hi and lo < a.end for a in t.reads) for d in ids]
+            for t, xs in zip(s.tasks, _receivers(s.tasks, s.layout, s.exchanges)):
+                remote_deps = [d for i in xs for d in senders[(r, s.exchanges[i].event)]]
                 self.tasks[to + t.id] = dataclasses.replace(
                     t, id=to + t.id, group=eo + t.group, waits=[(eo + g, n) for g, n in t.waits],
                     publish_too=eo + t.publish_too if t.publish_too >= 0 else -1,
@@ -193,13 +199,9 @@ def mirrored(s: Schedule) -> Schedule:
     if s.ranks < 2:
         raise SchedulerError("a mirrored rank needs a schedule of several ranks (gpus >= 2)")
     sender = {x.event: x.send for x in s.exchanges}
-    recv = []
-    for x in s.exchanges:
-        _, off, size, _ = s.layout.slots[x.recv]
-        recv.append((off, off + size, x.send))
     tasks = []
-    for t in s.tasks:
-        mine = [snd for lo, hi, snd in recv if any(r.arena == "f32" and r.start < hi and lo < r.end for r in t.reads)]
+    for t, xs in zip(s.tasks, _receivers(s.tasks, s.layout, s.exchanges)):
+        mine = [s.exchanges[i].send for i in xs]
         tasks.append(dataclasses.replace(t, deps=list(t.deps) + mine) if mine else t)
     check_schedule(tasks, s.events, s.queues, {x.send: [x.event] * (s.ranks - 1) for x in s.exchanges})
     for i, t in enumerate(tasks):
