@@ -120,18 +120,8 @@ def run_bench_ranks(model_file: str, preset: str | None, gpus: int, one_gpu: boo
     single = None
     torch.cuda.empty_cache()
 
-    if mirror:
-        pass                         # (a TP=G stack needs G GPUs: no row)
-    elif dist.is_initialized() and dist.get_backend() == "nccl":
-        from .tp import tp_graph_step
-        say(f"timing the TP={gpus} stack (NCCL all-reduce, one CUDA graph)")
-        try:
-            run, _ = tp_graph_step(model.config, context, "cuda", seed)
-            rows.append(Row(f"TP={gpus} NCCL + CUDA graph", time_steps(run, steps, reps, "cuda")))
-        except Exception as e:       # reported, not fatal
-            rows.append(Row(f"TP={gpus} NCCL + CUDA graph", [], error=f"{type(e).__name__}: {str(e)[:200]}"))
-    else:
-        rows.append(Row(f"TP={gpus} NCCL + CUDA graph", [], error="needs an NCCL group with one GPU per rank"))
+    if not mirror:                   # (the TP=G stack needs G GPUs: no row beside a mirror)
+        rows.append(_tp_row(model, gpus, context, steps, reps, seed, say))
     readings.append(read_bandwidth())
     bw = max(readings)
     per = "the whole model on one GPU" if one_gpu is True else "one GPU's share"
@@ -142,6 +132,21 @@ def run_bench_ranks(model_file: str, preset: str | None, gpus: int, one_gpu: boo
     if prof is not None:
         res["profile"] = prof
     return res
+
+
+def _tp_row(model, gpus: int, context: int, steps: int, reps: int, seed: int, say) -> Row:
+    """The TP=G NCCL + CUDA-graph stack's row (an error row without an NCCL group of one GPU per rank)."""
+    import torch.distributed as dist
+    name = f"TP={gpus} NCCL + CUDA graph"
+    if not (dist.is_initialized() and dist.get_backend() == "nccl"):
+        return Row(name, [], error="needs an NCCL group with one GPU per rank")
+    from .tp import tp_graph_step
+    say(f"timing the TP={gpus} stack (NCCL all-reduce, one CUDA graph)")
+    try:
+        run, _ = tp_graph_step(model.config, context, "cuda", seed)
+        return Row(name, time_steps(run, steps, reps, "cuda"))
+    except Exception as e:           # reported, not fatal
+        return Row(name, [], error=f"{type(e).__name__}: {str(e)[:200]}")
 
 
 def _mirror_profile(pk, model_file, preset, checkpoint, overrides, task_times, say) -> dict:
