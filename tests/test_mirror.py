@@ -28,16 +28,20 @@ def _copied_lane_groups(model, gpus: int):
     return model
 
 
-@pytest.mark.parametrize("gpus,overrides", [
-    (2, dict(broadcast_delay=1, use_early_comm=True, num_hidden_layers=2)),
-    (4, dict(broadcast_delay=2, use_early_comm=False, replicated_rmsn_scale=False, num_hidden_layers=3)),
-], ids=["G2-d1-early", "G4-d2-late-perlane"])
-def test_a_mirrored_rank_computes_the_model_with_copied_lane_groups(gpus, overrides):
+@pytest.mark.parametrize("gpus,overrides,weights", [
+    (2, dict(broadcast_delay=1, use_early_comm=True, num_hidden_layers=2), "model"),
+    (4, dict(broadcast_delay=2, use_early_comm=False, replicated_rmsn_scale=False, num_hidden_layers=3), "model"),
+    (2, dict(num_hidden_layers=2), "fp8"),
+], ids=["G2-d1-early", "G4-d2-late-perlane", "G2-fp8"])
+def test_a_mirrored_rank_computes_the_model_with_copied_lane_groups(gpus, overrides, weights):
     """Fresh random weights, the lane groups then made copies of rank 0's: the mirror's logits are eager's
     on rank 0's vocabulary shard (fp32, 1e-5) and its token that shard's best, over 3 steps (both halves
-    of the receive buffers)."""
+    of the receive buffers). FP8: eager runs the same quantized weights."""
     model = _copied_lane_groups(tiny(seed=10 + gpus, **L8, **overrides), gpus)
-    ck = kogc.compile(model, gpus=gpus, one_gpu="mirror", tile_config=ONE_SPLIT)
+    ck = kogc.compile(model, gpus=gpus, one_gpu="mirror", tile_config=ONE_SPLIT, weights=weights)
+    if weights == "fp8":
+        from kogc.fp8 import fake_quantize_module
+        fake_quantize_module(model, to_ir(model))
     lo, n = vocab_shard(model.config.vocab_size, gpus, 0)
     gen = torch.Generator().manual_seed(gpus)
     tokens = torch.randint(0, model.config.vocab_size, (3,), generator=gen).tolist()
