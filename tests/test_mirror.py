@@ -88,10 +88,9 @@ def test_a_mirrored_rank_profile_reads_as_one_gpus(tmp_path, capsys):
     for p, q in enumerate(s.queues):
         prof[p, :len(q)] = ts[j:j + len(q)] + 1_000_000
         j += len(q)
-    ck = types.SimpleNamespace(schedule=s, buffers=types.SimpleNamespace(PROF=types.SimpleNamespace(
-        cpu=lambda: types.SimpleNamespace(numpy=lambda: prof))))
-    path = save_stamps(ck, str(tmp_path / "mirror"), model_file=MODEL_FILE, preset="tiny", overrides=overrides,
-                       mirror_of=2)
+    ck = types.SimpleNamespace(schedule=s, stamps_schedule=m, buffers=types.SimpleNamespace(PROF=types.SimpleNamespace(
+        cpu=lambda: types.SimpleNamespace(numpy=lambda: prof))))     # as mirror_rank's kernel holds them
+    path = save_stamps(ck, str(tmp_path / "mirror"), model_file=MODEL_FILE, preset="tiny", overrides=overrides)
     assert load_stamps(path)[2]["mirror_of"] == 2
     assert main(["analyze", "replay", path]) == 0
     assert "step span" in capsys.readouterr().out

@@ -29,15 +29,16 @@ def non_default_fields(cfg, graph=None) -> dict:
 
 
 def save_stamps(ck, path: str, model_file: str | None = None, preset: str | None = None,
-                checkpoint: str | None = None, overrides: dict | None = None, mirror_of: int = 0) -> str:
-    """Write the last launch's stamps of a profiled kernel `ck` to `path` (.npz); returns the path.
-    mirror_of=G: `ck` is rank 0 of G run with its peers mirrored (kogc.runtime.ranks.mirror_rank)."""
+                checkpoint: str | None = None, overrides: dict | None = None) -> str:
+    """Write the last launch's stamps of a profiled kernel `ck` to `path` (.npz); returns the path."""
     from ..runtime.profile import timestamps
     ids, ts = timestamps(ck)
     s = ck.schedule
     meta = {"model_file": model_file, "config": preset, "checkpoint": checkpoint, "overrides": overrides or {},
             "target": s.target.name, "num_programs": len(s.queues), "tile_config": non_default_fields(s.tile_config, s.graph),
-            "tasks": len(s.tasks), **({"mirror_of": mirror_of} if mirror_of else {})}
+            "tasks": len(s.tasks)}
+    if getattr(ck, "stamps_schedule", s) is not s:      # rank 0 of G with its peers mirrored
+        meta["mirror_of"] = s.ranks
     if not path.endswith(".npz"):
         path += ".npz"
     np.savez_compressed(path, ids=ids, ts=ts, meta=np.array(json.dumps(meta)))

@@ -70,11 +70,12 @@ def run_bench_ranks(model_file: str, preset: str | None, gpus: int, one_gpu: boo
     options = dict(kogc_options or {})
     from ..check import ranks_on
     cfg = {"model_file": model_file, "preset": preset, "context": context, "steps": steps, "reps": reps, "gpus": gpus,
+           "mirror": mirror,
            "ranks_on": f"rank 0 of {gpus} on one GPU, its peers mirrored" if mirror else ranks_on(gpus, one_gpu=one_gpu),
            "device": torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d %H:%M"), "torch": torch.__version__}
     rows: list[Row] = []
     readings = [read_bandwidth()]
-    label = f"kogc rank 0 of {gpus}, mirrored" if mirror else f"kogc {gpus} ranks"
+    label = _label(gpus, mirror)
 
     def kogc_rows(ck):
         for k in _kernels(ck):
@@ -134,6 +135,11 @@ def run_bench_ranks(model_file: str, preset: str | None, gpus: int, one_gpu: boo
     return res
 
 
+def _label(gpus: int, mirror: bool) -> str:
+    """The ranks' row name."""
+    return f"kogc rank 0 of {gpus}, mirrored" if mirror else f"kogc {gpus} ranks"
+
+
 def _tp_row(model, gpus: int, context: int, steps: int, reps: int, seed: int, say) -> Row:
     """The TP=G NCCL + CUDA-graph stack's row (an error row without an NCCL group of one GPU per rank)."""
     import torch.distributed as dist
@@ -152,15 +158,13 @@ def _tp_row(model, gpus: int, context: int, steps: int, reps: int, seed: int, sa
 def _mirror_profile(pk, model_file, preset, checkpoint, overrides, task_times, say) -> dict:
     """The mirrored rank's profiled step summarised as one GPU's is (a wait on the peers' sum read as a
     wait on the rank's own send), and with `task_times` its stamps for kogc analyze."""
-    from ..runtime.profile import format_summary, summarize_times, timestamps
-    from ..scheduler.ranks import mirrored
-    s = pk.schedule
-    prof = summarize_times(mirrored(s), *timestamps(pk))
+    from ..runtime.profile import format_summary, summarize
+    prof = summarize(pk)
     prof["text"] = format_summary(prof)
     if task_times:
         from ..analysis.stamps import save_stamps
         prof["task_times"] = save_stamps(pk, task_times, model_file=model_file, preset=preset, checkpoint=checkpoint,
-                                         overrides=overrides, mirror_of=s.ranks)
+                                         overrides=overrides)
         say(f"wrote the profiled step's task times to {prof['task_times']}")
     return prof
 
@@ -169,7 +173,7 @@ def mirror_speedup(res: dict) -> str:
     """The mirrored rank against the one-GPU kernel of the same run: what G GPUs could give at most."""
     rows = {r["name"]: r for r in res["rows"] if r.get("ms_median")}
     G = res["config"]["gpus"]
-    rank = rows.get(f"kogc rank 0 of {G}, mirrored")
+    rank = rows.get(_label(G, True))
     one = rows.get("kogc 1 GPU")
     if not rank or not one:
         return "mirror: a row failed, no ratio"
@@ -179,9 +183,8 @@ def mirror_speedup(res: dict) -> str:
 
 
 def format_remote_waits(res: dict) -> str:
-    mirrored = res["config"]["ranks_on"].endswith("mirrored")
     lines = ["waiting on peers' flags in one profiled step (program-us summed over the tasks that wait on a peer"
-             + ("; mirrored: on the rank's own sends" if mirrored else "") + "):"]
+             + ("; mirrored: on the rank's own sends" if res["config"].get("mirror") else "") + "):"]
     for r in res["remote_waits"]["per_rank"]:
         lines.append(f"  rank {r['rank']}: {r['tasks']} tasks, {r['program_us']:.1f} program-us, longest "
                      f"{r['longest_us']:.1f} us")

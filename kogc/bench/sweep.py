@@ -213,7 +213,7 @@ def run_sweep(model_file: str, preset: str | None, variants: str, contexts: list
             if mirror_of:
                 row["mirror_of"] = mirror_of
             if opts.get("profile"):
-                _profile(ck, row, out_dir, context, vi, model_file, preset, checkpoint, overrides, quiet, mirror_of)
+                _profile(ck, row, out_dir, context, vi, model_file, preset, checkpoint, overrides, quiet)
             res["rows"].append(row)
             _say(format_row(row), quiet, always=True)
         ck = None                      # free its buffers before the next variant
@@ -261,19 +261,18 @@ def _measure(ck, model, set_cache, context: int, steps: int, reps: int, device: 
             "generate_ms_median": sorted(gen)[len(gen) // 2]}
 
 
-def _profile(ck, row, out_dir, context, vi, model_file, preset, checkpoint, overrides, quiet, mirror_of=0) -> None:
+def _profile(ck, row, out_dir, context, vi, model_file, preset, checkpoint, overrides, quiet) -> None:
     from ..analysis.stamps import save_stamps
     from ..inspection.profiled import chrome_trace
-    from ..runtime.profile import format_summary, summarize_times, timestamps
-    from ..scheduler.ranks import mirrored
-    row["profile"] = summarize_times(mirrored(ck.schedule) if mirror_of else ck.schedule, *timestamps(ck))
+    from ..runtime.profile import format_summary, summarize
+    row["profile"] = summarize(ck)
     _say(format_summary(row["profile"]), quiet, always=True)
     if out_dir:
         os.makedirs(out_dir, exist_ok=True)
         tag = f"{context}-v{vi}" if vi else f"{context}"
         chrome_trace(ck, os.path.join(out_dir, f"trace-{tag}.json"))
         row["task_times"] = save_stamps(ck, os.path.join(out_dir, f"task-times-{tag}.npz"), model_file=model_file,
-                                       preset=preset, checkpoint=checkpoint, overrides=overrides, mirror_of=mirror_of)
+                                       preset=preset, checkpoint=checkpoint, overrides=overrides)
 
 
 def format_row(r: dict) -> str:

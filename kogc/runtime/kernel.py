@@ -33,6 +33,9 @@ class CompiledKernel:
             where = "under the interpreter" if interpret else f"on {schedule.target.name}"
             raise KogcError(f"profiling needs a GPU timer: not available {where}")
         self.ir, self.schedule, self.device, self.interpret = graph, schedule, torch.device(device), interpret
+        # the schedule its profile's stamps are read against: its own, or a mirrored rank's one-GPU reading
+        # (kogc.runtime.ranks.mirror_rank)
+        self.stamps_schedule = schedule
         self.source = render(schedule, interpret=interpret)
         self.kernel, self.source_path = load_kernel(self.source, interpret)
         self.profile = profile

@@ -26,7 +26,7 @@ def timestamps(ck) -> tuple[np.ndarray, np.ndarray]:
 
 
 def summarize(ck) -> dict:
-    return summarize_times(ck.schedule, *timestamps(ck))
+    return summarize_times(getattr(ck, "stamps_schedule", ck.schedule), *timestamps(ck))
 
 
 def producers_done(schedule, ids: np.ndarray, ts: np.ndarray) -> np.ndarray:

@@ -62,8 +62,9 @@ def mirror_rank(schedules: list[Schedule], weights: dict[str, torch.Tensor], dev
     perfect step: the fastest G GPUs can run this schedule. For `kogc bench --gpus G --mirror`."""
     from ..scheduler.ranks import mirrored
     s = schedules[0]
-    mirrored(s)
+    as_one_gpu = mirrored(s)                 # (proves the mirror before anything is built)
     k = CompiledKernel(s.graph, s, weights, device, interpret, **kernel_options)
+    k.stamps_schedule = as_one_gpu
     own = [k.buffers.F32.data_ptr(), k.buffers.CNT.data_ptr()]
     k.buffers.PEERS = torch.tensor(own * (s.ranks - 1), dtype=torch.int64, device=k.buffers.F32.device)
     return k
