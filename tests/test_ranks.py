@@ -127,6 +127,20 @@ def test_cli_compile_writes_one_kernel_per_rank(tmp_path, capsys):
     assert "does not divide" in capsys.readouterr().err
 
 
+def test_a_send_fences_once_for_all_its_peers(tmp_path, capsys):
+    """A rank of 4 compiled for sm_90: every send raises its first peer's counter with a system-scope release
+    and the other two with relaxed adds (the first's fence orders the stores before each: one system-scope
+    fence a send, not one a peer)."""
+    from kogc.cli import main
+    from conftest import MODEL_FILE
+    assert main(["compile", MODEL_FILE, "--target", "h200", "--config", "tiny", "--lanes", "4", "--gpus", "4",
+                 "--out", str(tmp_path)]) == 0
+    ptx = (tmp_path / "rank0" / "sm_90" / "kogc_monokernel.ptx").read_text()
+    releases = ptx.count("atom.global.sys.release.add")
+    relaxed = ptx.count("atom.global.sys.relaxed.add")
+    assert releases >= 1 and relaxed == 2 * releases, (releases, relaxed)
+
+
 @pytest.mark.gpu
 def test_two_ranks_on_one_gpu_equal_the_one_gpu_kernel():
     """Two ranks' kernels side by side on this GPU (own streams, half the programs each, the flag
