@@ -14,7 +14,7 @@ from kogc.frontend import to_ir
 from kogc.ir.executor import execute, new_state
 from kogc.ir.shard import ShardError, shard, vocab_shard
 from kogc.runtime.kernel import weights_of
-from kogc.scheduler import SchedulerError
+from kogc.scheduler import SchedulerError, build_schedule
 from kogc.scheduler.ranks import build_rank_schedules
 from kogc.targets import get_target
 
@@ -97,6 +97,29 @@ def test_parallel_rank_schedules_are_proven_and_alike():
     assert len({len(s.tasks) for s in schedules}) == 1
     kinds = {t.kind for t in schedules[0].tasks}
     assert {"send", "combine", "keysend"} <= kinds
+
+
+def _last_producers(s):
+    last = [max(e.tasks, default=-1) for e in s.events]
+    for x in s.exchanges:
+        last[x.event] = x.send
+    return last
+
+
+def test_waits_run_oldest_producer_first():
+    """A task acquires its events in the order their last producers run, on one GPU and on every rank: a
+    peer's delayed sum, sent a layer before, is acquired before the local event the task is waiting for,
+    not after it (a round trip on the chain)."""
+    graph = to_ir(tiny(**L8))
+    one = build_schedule(graph, H200, "parallel", num_programs=16)
+    ranks = build_rank_schedules(graph, 4, H200, num_programs=16)
+    remote_first = 0
+    for s in [one] + ranks:
+        last = _last_producers(s)
+        for t in s.tasks:
+            assert [last[g] for g, _ in t.waits] == sorted(last[g] for g, _ in t.waits), (t.id, t.op, t.waits)
+            remote_first += s.first_remote is not None and len(t.waits) > 1 and t.waits[0][0] >= s.first_remote
+    assert remote_first > 0
 
 
 @pytest.mark.parametrize("kwargs,match", [
