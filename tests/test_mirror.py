@@ -1,5 +1,6 @@
 """A rank run alone with its peers mirrored (`kogc bench --gpus G --mirror`): under the interpreter it
 computes the model whose lane groups are copies of rank 0's, and its proof refuses what it cannot run."""
+import dataclasses
 import types
 
 import numpy as np
@@ -28,17 +29,20 @@ def _copied_lane_groups(model, gpus: int):
     return model
 
 
-@pytest.mark.parametrize("gpus,overrides,weights", [
-    (2, dict(broadcast_delay=1, use_early_comm=True, num_hidden_layers=2), "model"),
-    (4, dict(broadcast_delay=2, use_early_comm=False, replicated_rmsn_scale=False, num_hidden_layers=3), "model"),
-    (2, dict(num_hidden_layers=2), "fp8"),
-], ids=["G2-d1-early", "G4-d2-late-perlane", "G2-fp8"])
-def test_a_mirrored_rank_computes_the_model_with_copied_lane_groups(gpus, overrides, weights):
+@pytest.mark.parametrize("gpus,overrides,weights,tiles", [
+    (2, dict(broadcast_delay=1, use_early_comm=True, num_hidden_layers=2), "model", {}),
+    (4, dict(broadcast_delay=2, use_early_comm=False, replicated_rmsn_scale=False, num_hidden_layers=3), "model",
+     {"elem_block": 16}),
+    (2, dict(num_hidden_layers=2), "fp8", {}),
+], ids=["G2-d1-early", "G4-d2-late-perlane-blocks", "G2-fp8"])
+def test_a_mirrored_rank_computes_the_model_with_copied_lane_groups(gpus, overrides, weights, tiles):
     """Fresh random weights, the lane groups then made copies of rank 0's: the mirror's logits are eager's
     on rank 0's vocabulary shard (fp32, 1e-5) and its token that shard's best, over 3 steps (both halves
-    of the receive buffers). FP8: eager runs the same quantized weights."""
+    of the receive buffers). FP8: eager runs the same quantized weights. `tiles`: TileConfig fields over
+    ONE_SPLIT (elem_block 16: sums sent and added in blocks)."""
     model = _copied_lane_groups(tiny(seed=10 + gpus, **L8, **overrides), gpus)
-    ck = kogc.compile(model, gpus=gpus, one_gpu="mirror", tile_config=ONE_SPLIT, weights=weights)
+    ck = kogc.compile(model, gpus=gpus, one_gpu="mirror", tile_config=dataclasses.replace(ONE_SPLIT, **tiles),
+                      weights=weights)
     if weights == "fp8":
         from kogc.fp8 import fake_quantize_module
         fake_quantize_module(model, to_ir(model))
@@ -78,7 +82,7 @@ def test_a_mirrored_rank_profile_reads_as_one_gpus(tmp_path, capsys):
     m = mirrored(s)
     # every wait on a peer's sum is one on the rank's own send of it
     assert all(g < s.first_remote for t in m.tasks for g, _ in t.waits)
-    assert exchange_events(m) == {s.tasks[x.send].group for x in s.exchanges}
+    assert exchange_events(m) == {s.tasks[x.sends[0]].group for x in s.exchanges}
     assert any(g in exchange_events(m) for t in m.tasks for g, _ in t.waits)
     ids, ts = played(m)
     summary = summarize_times(m, ids, ts)

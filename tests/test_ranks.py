@@ -32,14 +32,14 @@ def _eager_steps(model, tokens):
     return out
 
 
-def check_steps(gpus: int, overrides: dict, steps: int = 3, weights: str = "model") -> None:
+def check_steps(gpus: int, overrides: dict, steps: int = 3, weights: str = "model", tiles: dict | None = None) -> None:
     """`steps` steps from a fresh cache on fresh random weights: the ranks' logits shards and token,
     gathered, equal eager's and the IR reference's (fp32, 1e-5); 3 steps use both halves of the receive
     buffers (by step parity) and one of them again. FP8 weights: per rank as on one GPU
     (each rank its lanes' and its vocabulary shard's tiles), the references running the same quantized
-    weights."""
+    weights. `tiles`: TileConfig fields over ONE_SPLIT."""
     model = tiny(seed=gpus, **L8, **overrides)
-    ck = kogc.compile(model, gpus=gpus, tile_config=ONE_SPLIT, weights=weights)
+    ck = kogc.compile(model, gpus=gpus, tile_config=dataclasses.replace(ONE_SPLIT, **(tiles or {})), weights=weights)
     graph = to_ir(model)
     if weights == "fp8":
         fake_quantize_module(model, graph)
@@ -54,13 +54,27 @@ def check_steps(gpus: int, overrides: dict, steps: int = 3, weights: str = "mode
         assert got == int(et) == int(rt)
 
 
-# (2 layers where d = 1 is enough for a delayed sum; 3 where d = 2)
-@pytest.mark.parametrize("gpus,overrides,weights", [
-    (2, dict(broadcast_delay=1, use_early_comm=True, num_hidden_layers=2), "model"),
-    (4, dict(broadcast_delay=2, use_early_comm=False, replicated_rmsn_scale=False), "fp8"),
-], ids=["G2-d1-early", "G4-d2-late-perlane-fp8"])
-def test_ranks_equal_eager_and_ir_reference(gpus, overrides, weights):
-    check_steps(gpus, overrides, weights=weights)
+# (2 layers where d = 1 is enough for a delayed sum; 3 where d = 2). The first sends and adds its sums in
+# blocks of 16 of the 64 elements (a send task a block), the second whole.
+@pytest.mark.parametrize("gpus,overrides,weights,tiles", [
+    (2, dict(broadcast_delay=1, use_early_comm=True, num_hidden_layers=2), "model", {"elem_block": 16}),
+    (4, dict(broadcast_delay=2, use_early_comm=False, replicated_rmsn_scale=False), "fp8", None),
+], ids=["G2-d1-early-blocks", "G4-d2-late-perlane-fp8"])
+def test_ranks_equal_eager_and_ir_reference(gpus, overrides, weights, tiles):
+    check_steps(gpus, overrides, weights=weights, tiles=tiles)
+
+
+def test_a_sum_is_sent_in_blocks_of_elem_block():
+    """A sum is sent by one task per block of `elem_block` elements, all counted on its peers' one receive
+    event: a peer's wait needs every block from every other rank."""
+    graph = to_ir(tiny(**L8))
+    s = build_rank_schedules(graph, 2, H200, tile_config=dataclasses.replace(INTERPRETER_TILES, elem_block=16),
+                             num_programs=16)[0]
+    blocked = [x for x in s.exchanges if len(x.sends) > 1]
+    assert blocked and all(len(x.sends) == 64 // 16 for x in blocked)
+    for x in blocked:
+        assert {s.tasks[i].variant for i in x.sends} == {("send", 16, 4, 64)}
+        assert s.events[x.event].need == len(x.sends)      # one peer, each block once
 
 
 def test_rank_graphs_hold_their_lanes_and_a_vocabulary_shard():
@@ -102,7 +116,7 @@ def test_parallel_rank_schedules_are_proven_and_alike():
 def _last_producers(s):
     last = [max(e.tasks, default=-1) for e in s.events]
     for x in s.exchanges:
-        last[x.event] = x.send
+        last[x.event] = max(x.sends)
     return last
 
 
@@ -232,5 +246,5 @@ def test_kogc_inspect_reads_one_rank_alone():
     s = build_rank_schedules(to_ir(tiny()), 2, H200, num_programs=8)[1]
     b = schedule_from_json(s.to_json(), "rank1/schedule.json")
     assert len(run_order(b.tasks, b.events, b.queues)) == len(b.tasks)
-    sends = {b.tasks[x.send].group for x in s.exchanges}
+    sends = {b.tasks[x.sends[0]].group for x in s.exchanges}
     assert any(g in sends for t in b.tasks for g, _ in t.waits)

@@ -158,7 +158,8 @@ def _stand_in_for_peers(d: dict, tasks: list[Task], events: list[Event]) -> None
     wait on this rank's own send of the same sum (every rank runs the same tasks, so the peers' sums are
     taken to arrive when this rank's is sent), so that the analyses can replay the rank by itself."""
     for x in d.get("exchanges", []):
-        sender = tasks[x["send"]].group
+        sends = x["sends"] if "sends" in x else [x["send"]]     # (a build written before sums went in blocks)
+        sender = tasks[sends[0]].group
         for t in tasks:
             t.waits = [(sender, events[sender].need) if g == x["event"] else (g, n) for g, n in t.waits]
 

@@ -142,7 +142,7 @@ class RankedKernel:
         for g, _ in s.tasks[tid].waits:
             if g >= s.first_remote:
                 x = next(x for x in s.exchanges if x.event == g)
-                if any(x.send not in sent[q] for q in range(self.ranks) if q != r):
+                if any(i not in sent[q] for q in range(self.ranks) if q != r for i in x.sends):
                     return False
         return True
 

@@ -69,10 +69,11 @@ def _rank_schedule(g: Graph, target: Target, placement: str, cfg: TileConfig, nu
     for x in exchanges:
         # after merge_events: a received sum's counter is never shared with a local one
         x.event = len(events)
-        events.append(Event(x.event, f"{x.value}.recv", [], remote=npeer))
-        tasks[x.send].args[A_RECV_EVENT] = x.event
+        events.append(Event(x.event, f"{x.value}.recv", [], remote=npeer * len(x.sends)))
+        for i in x.sends:
+            tasks[i].args[A_RECV_EVENT] = x.event
     for t, xs in zip(tasks, _receivers(tasks, layout, exchanges)):
-        t.waits += [(exchanges[i].event, npeer) for i in xs]
+        t.waits += [(exchanges[i].event, events[exchanges[i].event].need) for i in xs]
     order_waits_oldest_first(tasks, events, exchanges)
     timings["deps"] = time.perf_counter() - t0
     t0 = time.perf_counter()
@@ -81,7 +82,7 @@ def _rank_schedule(g: Graph, target: Target, placement: str, cfg: TileConfig, nu
         queues = _segments(tasks, place_sequential(tasks)[0], first_remote)
     elif placement == "parallel":
         P = num_programs or target.num_programs
-        remote = {x.event: (tasks[x.send].group, REMOTE_HOP_S) for x in exchanges}
+        remote = {x.event: (tasks[x.sends[0]].group, REMOTE_HOP_S) for x in exchanges}
         queues, est = place_parallel(tasks, events, P, target.hbm_read_bw / P, cfg.lane_group_stagger,
                                      placement_seconds(tasks, cfg, target, P), cfg.place_latency_us * 1e-6,
                                      remote=remote, dies=target.dies, die_hop_s=target.cross_die_hop_us * 1e-6)
@@ -101,7 +102,7 @@ def order_waits_oldest_first(tasks: list[Task], events: list[Event], exchanges) 
     rank 0 of 8 mirrored -5%)."""
     last = [max(e.tasks, default=-1) for e in events]
     for x in exchanges:
-        last[x.event] = x.send
+        last[x.event] = max(x.sends)
     for t in tasks:
         t.waits.sort(key=lambda w: last[w[0]])
 
@@ -131,8 +132,8 @@ def _check_alike(schedules: list[Schedule]) -> None:
     """Senders name the receive event by their own numbering: every rank must number alike."""
     first = schedules[0]
     for s in schedules[1:]:
-        if len(s.tasks) != len(first.tasks) or [(x.send, x.event) for x in s.exchanges] != \
-                [(x.send, x.event) for x in first.exchanges]:
+        if len(s.tasks) != len(first.tasks) or [(x.sends, x.event) for x in s.exchanges] != \
+                [(x.sends, x.event) for x in first.exchanges]:
             raise SchedulerError(f"rank {s.rank}'s tasks or exchanges differ from rank 0's: the ranks must run "
                                  f"the same tasks (a vocabulary that does not split evenly over the ranks?)")
 
@@ -155,9 +156,10 @@ class _Combined:
             for x in s.exchanges:
                 for q in range(G):
                     if q != r:
-                        sender = self.toff[q] + schedules[q].exchanges[s.exchanges.index(x)].send
-                        senders.setdefault((r, x.event), []).append(sender)
-                        self.also.setdefault(sender, []).append(self.eoff[r] + x.event)
+                        for i in schedules[q].exchanges[s.exchanges.index(x)].sends:
+                            sender = self.toff[q] + i
+                            senders.setdefault((r, x.event), []).append(sender)
+                            self.also.setdefault(sender, []).append(self.eoff[r] + x.event)
         for r, s in enumerate(schedules):
             to, eo = self.toff[r], self.eoff[r]
             for e in s.events:
@@ -212,20 +214,21 @@ def mirrored(s: Schedule) -> Schedule:
     reader of a receive buffer depending on that send. The kernel runs `s` itself."""
     if s.ranks < 2:
         raise SchedulerError("a mirrored rank needs a schedule of several ranks (gpus >= 2)")
-    sender = {x.event: x.send for x in s.exchanges}
+    sends = {x.event: x.sends for x in s.exchanges}
+    group = {x.event: s.tasks[x.sends[0]].group for x in s.exchanges}     # a sum's send blocks: one op, one event
     tasks = []
     for t, xs in zip(s.tasks, _receivers(s.tasks, s.layout, s.exchanges)):
-        mine = [s.exchanges[i].send for i in xs]
+        mine = [i for j in xs for i in s.exchanges[j].sends]
         tasks.append(dataclasses.replace(t, deps=list(t.deps) + mine) if mine else t)
-    check_schedule(tasks, s.events, s.queues, {x.send: [x.event] * (s.ranks - 1) for x in s.exchanges})
+    check_schedule(tasks, s.events, s.queues, {i: [x.event] * (s.ranks - 1) for x in s.exchanges for i in x.sends})
     for i, t in enumerate(tasks):
-        if any(g in sender for g, _ in t.waits):
-            tasks[i] = dataclasses.replace(t, waits=[(s.tasks[sender[g]].group, s.events[s.tasks[sender[g]].group].need)
-                                                     if g in sender else (g, n) for g, n in t.waits])
-    events = [dataclasses.replace(e, tasks=[sender[e.id]], remote=0) if e.id in sender else e for e in s.events]
+        if any(g in sends for g, _ in t.waits):
+            tasks[i] = dataclasses.replace(t, waits=[(group[g], s.events[group[g]].need) if g in sends else (g, n)
+                                                     for g, n in t.waits])
+    events = [dataclasses.replace(e, tasks=list(sends[e.id]), remote=0) if e.id in sends else e for e in s.events]
     return dataclasses.replace(s, tasks=tasks, events=events)
 
 
 def exchange_events(s: Schedule) -> set[int]:
     """The events of a mirrored rank (`mirrored`) that stand for sums received from peers: its sends'."""
-    return {s.tasks[x.send].group for x in s.exchanges}
+    return {s.tasks[x.sends[0]].group for x in s.exchanges}

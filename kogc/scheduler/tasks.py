@@ -87,13 +87,13 @@ def stream_layout(rows: int, cols: int, esize: int, scaled: bool) -> tuple[int, 
 @dataclass
 class Exchange:
     """A sum a rank's peers send it: `value`'s partial over each peer's lanes (fp32, n elements), into
-    the receive buffer `recv` of the f32 arena ([2 step parities][peers][n]), by each peer's task
-    `send` (a task id, the same on every rank), counted on the event `event` (filled when the rank's
-    events are made; the same id on every rank)."""
+    the receive buffer `recv` of the f32 arena ([2 step parities][peers][n]), by each peer's tasks
+    `sends` (task ids, the same on every rank: a sum sent in blocks has one a block), counted on the
+    event `event` (filled when the rank's events are made; the same id on every rank)."""
     value: str
     recv: str
     n: int
-    send: int
+    sends: list[int] = field(default_factory=list)
     event: int = -1
 
 

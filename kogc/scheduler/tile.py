@@ -76,19 +76,23 @@ def tile_rank(graph: Graph, ops: list[FusedOp], cfg: TileConfig) -> tuple[list[T
         name = f"{value}.recv"
         if name not in lay.slots:
             lay.alloc(name, "f32", 2 * npeer * n + extra, 0)
-            exchanges.append(Exchange(value, name, n, -1))
+            exchanges.append(Exchange(value, name, n))
         return next(x for x in exchanges if x.recv == name)
 
     def send(value, op):
-        """The task that sums `value` over this rank's lanes and stores it into every peer's buffer."""
+        """The tasks that sum `value` over this rank's lanes and store it into every peer's buffer, in blocks
+        of elements as a residual's (`elem_block`): the blocks' stores and fences run on several programs."""
         t = by[value].type
         d = t.shape[0]
+        blk = _pow2_block(d, cfg.elem_block)
         x = recv_slot(value, d, op)
-        args = _args({A_X: lay.at(value, 0), A_TERM_STRIDE: lay.slots[value][2], A_RECV: lay.at(x.recv, -1)})
         sop = FusedOp("send", f"{value}.send", 0, {}, op.source, op.layer)
-        new(("send", d, t.lanes), sop, -1, args, [lay.region(value, l, 0, d) for l in range(t.lanes)], [],
-            cost=d * es * t.lanes + 4 * d * npeer)
-        x.send = tasks[-1].id
+        for r0 in range(0, d, blk):
+            args = _args({A_X: lay.at(value, 0, r0), A_TERM_STRIDE: lay.slots[value][2],
+                          A_RECV: lay.at(x.recv, -1, r0)})
+            new(("send", blk, t.lanes, d), sop, -1, args, [lay.region(value, l, r0, r0 + blk) for l in range(t.lanes)],
+                [], cost=blk * es * t.lanes + 4 * blk * npeer)
+            x.sends.append(tasks[-1].id)
 
     def val(name):  # allocate a stored activation
         t = by[name].type
@@ -170,7 +174,7 @@ def tile_rank(graph: Graph, ops: list[FusedOp], cfg: TileConfig) -> tuple[list[T
                 args[A_OUT], args[A_RECV] = lay.at(part, -1), lay.at(recv, -1)
                 new(variant + ("send",), op, -1, args, reads, [lay.region(part, -1, 0, d)],
                     cost=d * es * L + 4 * d * (npeer + 1))
-                x.send = tasks[-1].id
+                x.sends.append(tasks[-1].id)
                 cop = FusedOp("combine", f"{op.node}.combine", 0, {}, op.source, op.layer)
                 args = _args({A_X: lay.at(part, -1), A_RECV: lay.at(recv, -1), A_OUT: lay.at(p["out"], -1)})
                 new(("combine", d, by[p["h"]].type.lanes * (npeer + 1)), cop, -1, args,
@@ -202,7 +206,7 @@ def tile_rank(graph: Graph, ops: list[FusedOp], cfg: TileConfig) -> tuple[list[T
                 new(("keysend", min(1024, next_pow2(logits))), kop, -1, kargs, [lay.region(p["logits"], -1, 0, logits)],
                     [lay.region(own, -1, 0, 2), Region("f32", whole, whole + 2 * vocab)],
                     cost=TOKEN_KEYS * 8 + 8 * npeer)
-                x.send = tasks[-1].id
+                x.sends.append(tasks[-1].id)
                 # (the ranked argmax reads one key of its own at A_KEYS, its peers' at A_X, and with top-k /
                 # top-p the whole logits at A_TERM, A_H of them)
                 args[A_KEYS], args[A_X], args[A_H] = lay.at(own, -1), lay.at(recv, -1), vocab
@@ -213,7 +217,7 @@ def tile_rank(graph: Graph, ops: list[FusedOp], cfg: TileConfig) -> tuple[list[T
                     cost=8 * (npeer + 1))
         else:
             raise SchedulerError(f"no tiling for fused op {op.kind}")
-    missing = [x.value for x in exchanges if x.send < 0]
+    missing = [x.value for x in exchanges if not x.sends]
     if missing:
         raise SchedulerError(f"no task sends {missing[0]} to this rank's peers")
     return tasks, lay, exchanges
