@@ -20,7 +20,7 @@ from ..ir.shard import shard
 from ..targets import Target
 from .check import check_schedule, prune_by_program_order
 from .config import TileConfig, attention_splits, validate
-from .deps import Event, derive, merge_events
+from .deps import Event, derive, merge_events, order_waits_oldest_first
 from .errors import SchedulerError
 from .fuse import fuse
 from .place import place_parallel, place_sequential
@@ -74,7 +74,7 @@ def _rank_schedule(g: Graph, target: Target, placement: str, cfg: TileConfig, nu
             tasks[i].args[A_RECV_EVENT] = x.event
     for t, xs in zip(tasks, _receivers(tasks, layout, exchanges)):
         t.waits += [(exchanges[i].event, events[exchanges[i].event].need) for i in xs]
-    order_waits_oldest_first(tasks, events, exchanges)
+    order_waits_oldest_first(tasks, events, {x.event: x.sends for x in exchanges})
     timings["deps"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     est = 0.0
@@ -82,7 +82,7 @@ def _rank_schedule(g: Graph, target: Target, placement: str, cfg: TileConfig, nu
         queues = _segments(tasks, place_sequential(tasks)[0], first_remote)
     elif placement == "parallel":
         P = num_programs or target.num_programs
-        remote = {x.event: (tasks[x.sends[0]].group, REMOTE_HOP_S) for x in exchanges}
+        remote = {e: (g, REMOTE_HOP_S) for e, g in send_groups(tasks, exchanges).items()}
         queues, est = place_parallel(tasks, events, P, target.hbm_read_bw / P, cfg.lane_group_stagger,
                                      placement_seconds(tasks, cfg, target, P), cfg.place_latency_us * 1e-6,
                                      remote=remote, dies=target.dies, die_hop_s=target.cross_die_hop_us * 1e-6)
@@ -94,17 +94,10 @@ def _rank_schedule(g: Graph, target: Target, placement: str, cfg: TileConfig, nu
                     ranks=g.meta["ranks"], rank=g.meta["rank"], exchanges=exchanges, first_remote=first_remote)
 
 
-def order_waits_oldest_first(tasks: list[Task], events: list[Event], exchanges) -> None:
-    """Each task's waits in the order of their last producers (task ids are a topological order; a peer's
-    sum counts as its send, the same task on every rank), as one GPU's waits already are: once the last
-    producer ends, only its acquire is left. Appended after the local waits, a delayed sum that arrived a
-    layer earlier cost a system-scope round trip after the chain's wait (laneformer-2b's W2 and Wo tasks;
-    rank 0 of 8 mirrored -5%)."""
-    last = [max(e.tasks, default=-1) for e in events]
-    for x in exchanges:
-        last[x.event] = max(x.sends)
-    for t in tasks:
-        t.waits.sort(key=lambda w: last[w[0]])
+def send_groups(tasks: list[Task], exchanges) -> dict[int, int]:
+    """Each received sum's event -> the event of this rank's own tasks that send that sum (a sum's send
+    blocks are the tasks of one op: one event)."""
+    return {x.event: tasks[x.sends[0]].group for x in exchanges}
 
 
 def _receivers(tasks: list[Task], layout, exchanges) -> list[list[int]]:
@@ -215,7 +208,7 @@ def mirrored(s: Schedule) -> Schedule:
     if s.ranks < 2:
         raise SchedulerError("a mirrored rank needs a schedule of several ranks (gpus >= 2)")
     sends = {x.event: x.sends for x in s.exchanges}
-    group = {x.event: s.tasks[x.sends[0]].group for x in s.exchanges}     # a sum's send blocks: one op, one event
+    group = send_groups(s.tasks, s.exchanges)
     tasks = []
     for t, xs in zip(s.tasks, _receivers(s.tasks, s.layout, s.exchanges)):
         mine = [i for j in xs for i in s.exchanges[j].sends]
@@ -231,4 +224,4 @@ def mirrored(s: Schedule) -> Schedule:
 
 def exchange_events(s: Schedule) -> set[int]:
     """The events of a mirrored rank (`mirrored`) that stand for sums received from peers: its sends'."""
-    return {s.tasks[x.sends[0]].group for x in s.exchanges}
+    return set(send_groups(s.tasks, s.exchanges).values())

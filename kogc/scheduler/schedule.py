@@ -14,7 +14,7 @@ from ..ir.graph import Graph
 from ..targets import Target
 from .check import check_schedule, check_step_closure, prune_by_program_order
 from .config import TileConfig, attention_splits, validate
-from .deps import Event, derive, merge_events, share_lane_events
+from .deps import Event, derive, merge_events, order_waits_oldest_first, share_lane_events
 from .fuse import FusedOp, fuse
 from .place import bytes_model_seconds, die_edge_share, place_parallel, place_sequential
 from .tasks import NARGS, REMOTE_BIT, Exchange, Task
@@ -274,6 +274,7 @@ def build_schedule(graph: Graph, target: Target, placement: str = "parallel",
         timings["prune"] = time.perf_counter() - t0
     # on the waits left (placement orders tasks by the same dependencies either way)
     share_lane_events(tasks, events)
+    order_waits_oldest_first(tasks, events)
     if check:
         t0 = time.perf_counter()
         check_schedule(tasks, events, queues)
