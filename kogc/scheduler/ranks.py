@@ -23,8 +23,8 @@ from .config import TileConfig, attention_splits, validate
 from .deps import Event, derive, merge_events, order_waits_oldest_first
 from .errors import SchedulerError
 from .fuse import fuse
-from .place import place_parallel, place_sequential
-from .schedule import Schedule, placement_seconds
+from .place import place_sequential
+from .schedule import Schedule, place_tasks
 from .tasks import A_RECV_EVENT, Task
 from .tile import tile_rank
 
@@ -83,9 +83,7 @@ def _rank_schedule(g: Graph, target: Target, placement: str, cfg: TileConfig, nu
     elif placement == "parallel":
         P = num_programs or target.num_programs
         remote = {e: (g, REMOTE_HOP_S) for e, g in send_groups(tasks, exchanges).items()}
-        queues, est = place_parallel(tasks, events, P, target.hbm_read_bw / P, cfg.lane_group_stagger,
-                                     placement_seconds(tasks, cfg, target, P), cfg.place_latency_us * 1e-6,
-                                     remote=remote, dies=target.dies, die_hop_s=target.cross_die_hop_us * 1e-6)
+        queues, est = place_tasks(tasks, events, target, cfg, P, remote)
     else:
         raise ValueError(f"unknown placement {placement!r} (parallel | sequential)")
     timings["place"] = time.perf_counter() - t0
