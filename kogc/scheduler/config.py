@@ -20,7 +20,7 @@ class TileConfig:
     attn_block: int = 0               # positions per inner step of attention; 0: with tl.dot 16 KB of keys
                                       # (head_dim 128: 64, head_dim 64: 128), at most 64 where the last split
                                       # combines (tile.attention_impl); 16 with the broadcast-product form
-    elem_block: int = 2048            # elements per elementwise task (a residual, a send to the peers)
+    elem_block: int = 512             # elements per elementwise task (a residual, a send to the peers)
     cost_context: int = 1024          # context length the cost model assumes for attention
     lane_group_stagger: float = 2.0   # placement: rank the upper half of the lanes this many fused ops later:
                                       # two lane groups out of phase, one streaming its MLP while the other
