@@ -84,6 +84,36 @@ def test_xcd_placement_keeps_a_lanes_chain_on_its_die():
     assert "dependency edges within one die" in aware.report()
 
 
+def test_chiplet_placement_keeps_the_steal_wait_of_the_lower_estimate(monkeypatch):
+    """On a chiplet target the placement runs once per steal wait and keeps the queues of the lower
+    estimated makespan (a rank's few lanes on pairs of XCDs want a longer wait than one GPU's eight);
+    an NVIDIA target places once."""
+    import kogc.scheduler.place as place
+    import kogc.scheduler.schedule as schedule
+    from kogc.targets import H200
+    g = to_ir(tiny(**L8, num_hidden_layers=2))
+    seen = []
+    real = place.place_parallel
+
+    def spy(*a, **k):
+        queues, est = real(*a, **k)
+        seen.append((k["steal_wait_s"], est, queues))
+        return queues, est
+    monkeypatch.setattr(schedule, "place_parallel", spy)
+    s = build_schedule(g, MI300X, num_programs=32)
+    assert [w for w, _, _ in seen] == list(schedule.STEAL_WAITS_S)
+    best = min(seen, key=lambda x: x[1])
+    assert s.queues == best[2] and s.est_seconds == best[1]
+    seen.clear()
+    ranks = build_rank_schedules(g, 2, MI300X, num_programs=32)      # each rank: both waits, in rank order
+    assert len(seen) == 4
+    for r, pair in zip(ranks, (seen[:2], seen[2:])):
+        assert r.est_seconds == min(e for _, e, _ in pair)
+    seen.clear()
+    build_schedule(g, H200, num_programs=32)
+    assert len(seen) == 1
+
+
 def test_xcd_placement_of_laneformer_2b_code(gfx942_builds):
     """laneformer-2b's shapes on all 304 programs: on one GPU each lane's tasks mostly on its XCD; as
     rank 0 of two (4 lanes) on its pair of XCDs; both keep more dependency edges inside one XCD than the
