@@ -16,11 +16,12 @@ it and the result says so.
     python experiments/fanin_probe.py --compile-only      # no GPU: compile the kernel for sm_90
 """
 import argparse
-import json
 import statistics
 
 import triton
 import triton.language as tl
+
+from probe_rows import save, show
 
 LIMIT = 1 << 22          # spins before a wait gives up
 # (producers N, consumers S): the kernel's W2 wait (256 producers, 128 spinners), its other phases
@@ -132,11 +133,8 @@ def main():
     for n, s in CASES:
         if 1 + n + s > grid:
             continue
-        rows.append(run(n, s, a.rounds, grid))
-        print(json.dumps(rows[-1]), flush=True)
-    if a.out:
-        json.dump({"device": torch.cuda.get_device_name(), "programs": grid, "rows": rows}, open(a.out, "w"),
-                  indent=1)
+        rows.append(show(run(n, s, a.rounds, grid)))
+    save(a.out, grid, rows)
 
 
 if __name__ == "__main__":

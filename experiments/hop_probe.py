@@ -19,12 +19,13 @@ records it, and the result says so instead of hanging.
     PYTHONPATH=. python experiments/hop_probe.py --out $OUT/hop.json
 """
 import argparse
-import json
 import statistics
 
 import torch
 import triton
 import triton.language as tl
+
+from probe_rows import save, show
 
 LIMIT = 1 << 22          # spins before a wait gives up
 
@@ -153,11 +154,8 @@ def main():
     rows = []
     for n in (int(s) for s in a.sizes.split(",")):
         for kind in ("counter", "ll"):
-            rows.append(run(kind, n, a.rounds, grid))
-            print(json.dumps(rows[-1]), flush=True)
-    if a.out:
-        json.dump({"device": torch.cuda.get_device_name(), "programs": grid, "rows": rows}, open(a.out, "w"),
-                  indent=1)
+            rows.append(show(run(kind, n, a.rounds, grid)))
+    save(a.out, grid, rows)
 
 
 if __name__ == "__main__":

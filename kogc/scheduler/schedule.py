@@ -289,6 +289,9 @@ def placement_seconds(tasks: list[Task], cfg: TileConfig, target: Target, num_pr
     return kind_seconds(tasks, placement_kind_us(cfg), target.hbm_read_bw / num_programs)
 
 
+STEAL_WAITS_S = (2e-6, 20e-6)    # chiplet placement: a program's wait for its home's work before taking another's
+
+
 def place_tasks(tasks: list[Task], events: list[Event], target: Target, cfg: TileConfig,
                 num_programs: int, remote: dict[int, tuple[int, float]] | None = None) -> tuple[list[list[int]], float]:
     """`place_parallel` with the config's cost model, lane group stagger and hop latency (`remote`: a
@@ -298,18 +301,12 @@ def place_tasks(tasks: list[Task], events: list[Event], target: Target, cfg: Til
     eight lanes, one home each, 1,234 us with 2 us against 1,364 with 6 or 20; a rank of two, four lanes
     on pairs of XCDs, 689 us with 2 us, 13% of edges in one XCD, against 634 us and 49% with 20)."""
     P = num_programs
-    best = None
-    for steal in STEAL_WAITS_S if target.dies > 1 else STEAL_WAITS_S[:1]:
-        queues, est = place_parallel(tasks, events, P, target.hbm_read_bw / P, cfg.lane_group_stagger,
-                                     placement_seconds(tasks, cfg, target, P), cfg.place_latency_us * 1e-6,
-                                     remote=remote, dies=target.dies, die_hop_s=target.cross_die_hop_us * 1e-6,
-                                     steal_wait_s=steal)
-        if best is None or est < best[1]:
-            best = (queues, est)
-    return best
-
-
-STEAL_WAITS_S = (2e-6, 20e-6)    # chiplet placement: a program's wait for its home's work before taking another's
+    seconds = placement_seconds(tasks, cfg, target, P)
+    placed = [place_parallel(tasks, events, P, target.hbm_read_bw / P, cfg.lane_group_stagger, seconds,
+                             cfg.place_latency_us * 1e-6, remote=remote, dies=target.dies,
+                             die_hop_s=target.cross_die_hop_us * 1e-6, steal_wait_s=steal)
+              for steal in (STEAL_WAITS_S if target.dies > 1 else STEAL_WAITS_S[:1])]
+    return min(placed, key=lambda queues_est: queues_est[1])
 
 
 REFERENCE_ATTENTION_BYTES = 2 * 64 * 128 * 2     # a split of 64 positions, head_dim 128, 16-bit cache
