@@ -133,14 +133,19 @@ def _parser() -> argparse.ArgumentParser:
                    help="with --gpus G: every variant is rank 0 of G alone on this GPU, its peers mirrored (as kogc "
                         "bench --mirror), checked against eager on the model with its lane groups copied from rank 0's")
     m = sub.add_parser("predict", help="model the speed of delayed tensor parallelism on G GPUs (no GPU needed)",
-                       description="Replay every rank's schedule together with the placement's task times (the "
-                                   "model's measured one-GPU times where it ships them), a hop within a GPU and one "
-                                   "across GPUs; calibrated by the measured one-GPU step (--measured-ms). A model, "
-                                   "not a measurement.")
+                       description="Replay every rank's schedule together, one GPU each (kogc.analysis.stream): "
+                                   "task bodies measured where HBM idles (laneformer-2b's on an H200, or --bodies "
+                                   "from a profile), each GPU's HBM serving the issued tiles in order, a hop within "
+                                   "a GPU and one across GPUs. A model, not a measurement; --measured-ms also "
+                                   "calibrates it by a measured one-GPU step.")
     model_args(m, "laneformer-2b")
     m.add_argument("--gpus", default="1,2,4,8", help="rank counts (comma-separated; default 1,2,4,8)")
     m.add_argument("--target", default="h200", help="h200 | h100 | mi300x (default h200)")
-    m.add_argument("--local-us", type=float, default=1.0, help="a flag hop between programs of one GPU (default 1)")
+    m.add_argument("--local-us", type=float, default=0.5,
+                   help="a producer's publish reaching a waiter on the same GPU (default 0.5, measured)")
+    m.add_argument("--bodies", metavar="TASK_TIMES",
+                   help="task bodies per kind from a profiled step (kogc bench --profile --task-times FILE; best "
+                        "a rank whose HBM idles, e.g. --gpus 8 --mirror); default: laneformer-2b's on an H200")
     m.add_argument("--remote-us", type=float, default=3.0, help="a put + flag between GPUs (default 3)")
     m.add_argument("--measured-ms", type=float, help="the measured one-GPU ms per token (kogc bench) to calibrate by")
     m.add_argument("--json", help="also write the rows to this file")

@@ -86,8 +86,20 @@ def start_ranks(args):
     distributed.check_gpus(args.gpus)
     return distributed.relaunch(args.gpus, args.argv)
 
+
+def _bodies_from(path: str) -> dict:
+    """Per kind, the median body of the profiled step in a task-times file."""
+    from .analysis.stamps import check_fits, load_stamps, schedule_for
+    from .analysis.stream import body_times_from_stamps
+    ids, ts, meta = load_stamps(path)
+    schedule = schedule_for(meta)
+    check_fits(schedule, ids, path)
+    return body_times_from_stamps(schedule, ids, ts)
+
+
 def cmd_predict(args) -> int:
     from .analysis.ranks import predict
+    from .analysis.stream import StreamParams
     from .api import tile_config_for
     from .frontend import to_ir
     from .frontend.model_file import build_for_tracing
@@ -102,14 +114,19 @@ def cmd_predict(args) -> int:
                               checkpoint=args.checkpoint, **({"num_lanes": args.lanes} if args.lanes else {}))
     graph = to_ir(model)
     cfg = tile_config_for(model, target, _tile_config(args.tile_config), weights=args.weights)
-    rows = predict(graph, target, cfg, gpus, args.local_us, args.remote_us, args.measured_ms,
+    params = StreamParams(hop_us=args.local_us)
+    if args.bodies:
+        params.body_us.update(_bodies_from(args.bodies))
+    rows = predict(graph, target, cfg, gpus, params, args.remote_us, args.measured_ms,
                    progress=lambda G: _progress(gpus.index(G) + 1, len(gpus), f"replaying {G} rank(s)", t0))
     print(f"{args.checkpoint or args.config} on {target.name}: hop {args.local_us:g} us within a GPU, "
-          f"{args.remote_us:g} us across (a model)")
+          f"{args.remote_us:g} us across; bodies {args.bodies or 'of laneformer-2b on an H200'} (a model)")
     for r in rows:
-        extra = f" -> {r['predicted_ms']:.3f} ms, {r['predicted_tok_s']:.0f} tok/s" if "predicted_ms" in r else ""
-        print(f"  {r['gpus']} GPU(s): replayed step {r['replay_us']:.1f} us{extra}")
+        extra = (f"; calibrated by the measured one-GPU step (x{r['calibration']:.3f}): {r['predicted_ms']:.3f} ms, "
+                 f"{r['predicted_tok_s']:.0f} tok/s") if "predicted_ms" in r else ""
+        print(f"  {r['gpus']} GPU(s): {r['model_ms']:.3f} ms, {r['model_tok_s']:.0f} tok/s{extra}")
     if args.json:
         _write_json({"config": args.config, "target": target.name, "local_us": args.local_us,
-                     "remote_us": args.remote_us, "measured_one_gpu_ms": args.measured_ms, "rows": rows}, args.json)
+                     "remote_us": args.remote_us, "bodies": args.bodies, "measured_one_gpu_ms": args.measured_ms,
+                     "rows": rows}, args.json)
     return 0

@@ -285,3 +285,47 @@ def test_the_schedule_of_an_ordinary_model_is_built_again(parallel):
                       "overrides": {"max_len": 64}})
     assert len(s.queues) == 8 and any(t.kind == "attention" for t in s.tasks)
     assert schedule_for({**META, "num_programs": 8, "overrides": {"num_lanes": 2}}).queues == parallel.queues
+
+
+# ---------------------------------------------------------------- the stream model (kogc predict)
+
+def _per_kind(schedule, us_of):
+    return {kind_key(t): us_of(kind_key(t)) for t in schedule.tasks}
+
+
+def test_stream_model_with_free_memory_is_the_replay_as_scheduled(parallel):
+    """With HBM free (no start, no latency, unbounded rates) the event simulation is the as-scheduled
+    longest path of the same bodies and hop, whichever its order of events."""
+    from kogc.analysis.stream import StreamParams, stream_replay
+    s = parallel
+    bodies = _per_kind(s, lambda k: 1.0 + 0.1 * len(k))
+    free = StreamParams(body_us=bodies, start_us=0.0, latency_us=0.0, program_gbs=1e12, hbm_gbs=1e12, hop_us=0.7)
+    dur = [bodies[kind_key(t)] * (max(1.0, t.cost_bytes / 32768) if t.kind == "attention" else 1.0) for t in s.tasks]
+    assert stream_replay(s, free) == pytest.approx(longest_path(s, dur, 0.7, queues=True)[0])
+
+
+def test_stream_model_is_bound_by_the_bytes_when_memory_is_slow(parallel):
+    """HBM far slower than the bodies: the step is the bytes at the read bandwidth (within one tile's
+    worth), served in order; a per-program cap below the GPU's share only lengthens it."""
+    from kogc.analysis.stream import StreamParams, stream_replay
+    s = parallel
+    total = sum(t.cost_bytes for t in s.tasks)
+    slow = StreamParams(body_us=_per_kind(s, lambda k: 0.01), start_us=0.0, latency_us=0.0, hop_us=0.0,
+                        hbm_gbs=1e-3, program_gbs=1e9)
+    step = stream_replay(s, slow)
+    bytes_us = total / (slow.hbm_gbs * 1e3)
+    assert bytes_us <= step <= bytes_us * 1.01 + max(t.cost_bytes for t in s.tasks) / (slow.hbm_gbs * 1e3)
+    capped = StreamParams(**{**slow.__dict__, "program_gbs": 1e-4})
+    assert stream_replay(s, capped) > step
+
+
+def test_stream_model_of_ranks_pays_the_hop_across_gpus():
+    """Two ranks replayed together: a dearer hop across GPUs never shortens the step, and lengthens it
+    (layer 0's sums are exchanged at once, on the chain)."""
+    from kogc.analysis.ranks import replay_ranks
+    from kogc.analysis.stream import StreamParams
+    from kogc.scheduler.ranks import build_rank_schedules
+    ranks = build_rank_schedules(to_ir(tiny(num_lanes=2)), 2, get_target("h200"), num_programs=8)
+    p = StreamParams()
+    near, far = replay_ranks(ranks, p, 0.5), replay_ranks(ranks, p, 20.0)
+    assert 0 < near < far

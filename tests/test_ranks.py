@@ -196,7 +196,8 @@ def test_two_ranks_on_one_gpu_equal_the_one_gpu_kernel():
 
 
 def test_cli_predict_replays_the_ranks(tmp_path, capsys):
-    """`kogc predict`: the ranks' schedules replayed together (no GPU), calibrated by a measured step."""
+    """`kogc predict`: the ranks' schedules replayed together by the stream model (no GPU), also calibrated
+    by a measured step; a file of task times that is not one is refused."""
     import json
     from kogc.cli import main
     from conftest import MODEL_FILE
@@ -205,7 +206,13 @@ def test_cli_predict_replays_the_ranks(tmp_path, capsys):
                  "--json", str(out)]) == 0
     rows = json.loads(out.read_text())["rows"]
     assert [r["gpus"] for r in rows] == [1, 2] and rows[0]["predicted_ms"] == pytest.approx(1.0)
-    assert all(r["replay_us"] > 0 for r in rows) and "2 GPU(s)" in capsys.readouterr().out
+    assert all(r["model_us"] > 0 for r in rows)
+    assert "2 GPU(s)" in capsys.readouterr().out
+    # a task-times file that is not one: one clear error, exit 2
+    bad = tmp_path / "x.npz"
+    bad.write_bytes(b"not an npz")
+    assert main(["predict", MODEL_FILE, "--config", "tiny", "--gpus", "1", "--bodies", str(bad)]) == 2
+    assert "not a task-times file" in capsys.readouterr().err
 
 
 def test_a_rank_that_stops_is_named_by_the_others_watchdog():

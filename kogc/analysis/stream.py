@@ -1,0 +1,137 @@
+"""A step's time from task bodies measured where HBM idles, with HBM shared as the kernel shares it:
+the speed model behind `kogc predict`, no GPU needed.
+
+Each program runs its queue in order. A task, once its program is free, pays a start (its header
+and table reads), then issues its weight tile (or attention's cache rows): the GPU's HBM serves the
+tiles in the order they are issued, each at the read bandwidth and no faster than one program can
+take it, and they arrive one memory latency later. The task's body starts when its bytes have
+arrived and each event it waits on has counted enough producers plus a hop; it takes its kind's
+body time, and at its end the task counts on its events.
+
+Why not the one-GPU profile's task times alone: they were measured with HBM saturated, so a rank of
+several GPUs, whose programs stream a fraction of the bytes, gets them too long (at G = 8 an attention
+body 4.1 us against 6.8, and the old model predicted 0.926 ms where the mirror measured 0.567). Here
+the bodies are unloaded (from a rank with HBM mostly idle, `body_times_from_stamps`) and the queue at
+HBM supplies the rest: one model for every G. Served as equal shares instead of in order, every tile
+of a saturated GPU finished late (laneformer-2b at G = 1 and 2: +15 to +35%): HBM is a queue.
+"""
+from __future__ import annotations
+
+import dataclasses
+import heapq
+from collections import defaultdict
+
+import numpy as np
+
+from ..errors import KogcError
+from ..runtime.profile import kind_key
+from ..scheduler.schedule import REFERENCE_ATTENTION_BYTES    # attention's bodies: a split of 64 positions
+
+# laneformer-2b's rank 0 of 8 with its peers mirrored (one lane a GPU, HBM idle 85% of the step):
+# the median body (after the waits to the end, us) per kind, H200, 2026-12-03, kernel of 499908f
+# (docs/results/2026-12-03/mirror-g8-2b-detail-499908f.npz; a detail profile, its stamps add a little).
+# Every model's matvec tiles are 32 KB, so these serve where no profile of the model is given;
+# attention's scale with a split's bytes (_body).
+H200_BODY_US = {
+    "embed": 2.18, "matvec/rmsnorm/rope_store": 1.76, "matvec/rmsnorm/rope_cache": 1.70, "matvec/rmsnorm/cache": 1.60,
+    "attention": 5.25, "matvec/attn_combine/residual": 3.39, "matvec/attn_combine/store": 6.37,
+    "matvec/rmsnorm/store": 1.79, "matvec/silu_mul/store": 2.93, "matvec/silu_mul/residual": 2.46,
+    "matvec/plain/store_argmax": 2.85, "residual": 1.38, "send": 3.74, "keysend": 3.46, "final_norm": 6.02,
+    "combine": 4.10, "argmax": 1.73,
+}
+
+
+@dataclasses.dataclass
+class StreamParams:
+    """The model's constants (H200). start, latency and the per-program rate were fitted, with
+    H200_BODY_US, to laneformer-2b's mirrored steps at G = 1, 2, 4, 8 (docs/multi-gpu.md)."""
+    body_us: dict = dataclasses.field(default_factory=lambda: dict(H200_BODY_US))
+    start_us: float = 0.5            # header and table reads before the tile is issued (measured: 0.4-0.7)
+    latency_us: float = 0.7          # a tile's last byte leaving HBM to its arrival in registers
+    program_gbs: float = 100.0       # the fastest one program takes a tile (GB/s)
+    hbm_gbs: float = 4100.0          # the GPU's read bandwidth (GB/s)
+    hop_us: float = 0.5              # a producer's publish reaching a waiter on the same GPU (measured notify)
+    default_body_us: float = 1.5     # a kind with no body listed
+
+
+def body_times_from_stamps(schedule, ids: np.ndarray, ts: np.ndarray) -> dict:
+    """Per kind, the median body (after the waits to the end, us) of a profiled step."""
+    per: dict = defaultdict(list)
+    for tid, row in zip(ids, ts):
+        per[kind_key(schedule.tasks[int(tid)])].append((row[2] - row[1]) / 1e3)
+    return {k: float(np.median(v)) for k, v in per.items()}
+
+
+def _body(t, params: StreamParams) -> float:
+    us = params.body_us.get(kind_key(t), params.default_body_us)
+    if t.kind == "attention":
+        us *= max(1.0, t.cost_bytes / REFERENCE_ATTENTION_BYTES)
+    return us
+
+
+def stream_replay(view, params: StreamParams, gpu_of_program: list[int] | None = None,
+                  remote_events: set[int] = frozenset(), remote_us: float = 0.0,
+                  also: dict[int, list[int]] | None = None) -> float:
+    """One step (us) of a schedule, or of every rank's as one view (kogc.scheduler.ranks._Combined:
+    pass its `also`, each program's GPU, and the receive events, whose waits take remote_us)."""
+    tasks, queues = view.tasks, view.queues
+    gpu_of = gpu_of_program or [0] * len(queues)
+    also = also or {}
+    hbm_free: dict[int, float] = defaultdict(float)       # GPU -> when HBM has served every tile issued
+    hbm_rate, program_rate = params.hbm_gbs * 1e3, params.program_gbs * 1e3    # bytes per us
+    prog = [0] * len(tasks)
+    for p, q in enumerate(queues):
+        for tid in q:
+            prog[tid] = p
+    ends: dict[int, list[float]] = defaultdict(list)      # event -> its producers' end times, in order
+    waiting: dict[int, list[int]] = defaultdict(list)     # event -> issued tasks short of it
+    arrived = [0.0] * len(tasks)
+    head = [0] * len(queues)
+    heap: list = []                                        # (time, seq, task id, ended?)
+    seq = 0
+
+    def push(at: float, tid: int, ended: bool) -> None:
+        nonlocal seq
+        seq += 1
+        heapq.heappush(heap, (at, seq, tid, ended))
+
+    def try_start(tid: int) -> None:
+        ready = arrived[tid]
+        for g, n in tasks[tid].waits:
+            if len(ends[g]) < n:
+                waiting[g].append(tid)
+                return
+            ready = max(ready, ends[g][n - 1] + (remote_us if g in remote_events else params.hop_us))
+        push(ready + _body(tasks[tid], params), tid, True)
+
+    for p, q in enumerate(queues):
+        if q:
+            push(params.start_us, q[0], False)
+    done = last = 0
+    while heap:
+        now, _, tid, ended = heapq.heappop(heap)
+        t = tasks[tid]
+        if not ended:                                      # its start paid: the tile is issued
+            nbytes, gpu = t.cost_bytes, gpu_of[prog[tid]]
+            if nbytes > 0:
+                hbm_free[gpu] = max(hbm_free[gpu], now) + nbytes / hbm_rate
+                arrived[tid] = max(hbm_free[gpu], now + nbytes / program_rate) + params.latency_us
+            else:
+                arrived[tid] = now
+            try_start(tid)
+            continue
+        done, last = done + 1, max(last, now)
+        for g in (t.group, t.publish_too, *also.get(tid, ())):
+            if g >= 0:
+                ends[g].append(now)
+                for w in waiting.pop(g, []):
+                    try_start(w)
+        p = prog[tid]
+        head[p] += 1
+        if head[p] < len(queues[p]):
+            push(now + params.start_us, queues[p][head[p]], False)
+    if done != len(tasks):
+        short = next(g for g, ws in waiting.items() if ws)
+        raise KogcError(f"stream replay: {len(tasks) - done} of {len(tasks)} tasks never ran; "
+                        f"{tasks[waiting[short][0]].op} waits on event {short}, which never counts enough")
+    return last
