@@ -144,8 +144,8 @@ def _parser() -> argparse.ArgumentParser:
     m.add_argument("--local-us", type=float, default=0.5,
                    help="a producer's publish reaching a waiter on the same GPU (default 0.5, measured)")
     m.add_argument("--bodies", metavar="TASK_TIMES",
-                   help="task bodies per kind from a profiled step (kogc bench --profile --task-times FILE; best "
-                        "a rank whose HBM idles, e.g. --gpus 8 --mirror); default: laneformer-2b's on an H200")
+                   help="task bodies per kind from a profiled step (kogc bench --profile detail --task-times FILE; "
+                        "best a rank whose HBM idles, e.g. --gpus 8 --mirror); default: laneformer-2b's on an H200")
     m.add_argument("--remote-us", type=float, default=3.0, help="a put + flag between GPUs (default 3)")
     m.add_argument("--measured-ms", type=float, help="the measured one-GPU ms per token (kogc bench) to calibrate by")
     m.add_argument("--json", help="also write the rows to this file")

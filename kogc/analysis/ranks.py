@@ -3,7 +3,7 @@ together on one GPU each by the stream model (kogc.analysis.stream: unloaded tas
 HBM a queue of the tiles its programs issue, a hop within a GPU and one across GPUs).
 
 Absolute, not scaled by a one-GPU factor: on laneformer-2b's mirrored ranks (H200) it is within
--7% to +2% of every measured G from 1 to 8. With a measured one-GPU step it can also be calibrated
+-5% to +2% of every measured G from 1 to 8. With a measured one-GPU step it can also be calibrated
 by that (the ratio at G = 1 applied to every G).
 """
 from __future__ import annotations

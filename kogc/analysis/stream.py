@@ -29,7 +29,9 @@ from ..scheduler.schedule import REFERENCE_ATTENTION_BYTES    # attention's bodi
 
 # laneformer-2b's rank 0 of 8 with its peers mirrored (one lane a GPU, HBM idle 85% of the step):
 # the median body (after the waits to the end, us) per kind, H200, 2026-12-03, kernel of 499908f
-# (docs/results/2026-12-03/mirror-g8-2b-detail-499908f.npz; a detail profile, its stamps add a little).
+# (docs/results/2026-12-03/mirror-g8-2b-detail-499908f.npz). A detail profile: its stamps add 0.1-2 us a
+# body, which stands in for costs the model has not got (late waits); a plain profile's bodies fit 9-16%
+# short at G = 4 and 8 (docs/multi-gpu.md, the speed model).
 # Every model's matvec tiles are 32 KB, so these serve where no profile of the model is given;
 # attention's scale with a split's bytes (_body).
 H200_BODY_US = {
