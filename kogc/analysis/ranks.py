@@ -30,22 +30,22 @@ def predict(graph, target, cfg, gpus: list[int], params: StreamParams, remote_us
     """Per G in `gpus`: the modelled step (us, ms, tok/s), and with `measured_one_gpu_ms` the same
     calibrated by it (predicted_ms)."""
     params = dataclasses.replace(params, hbm_gbs=target.hbm_read_bw / 1e9)
-    one = None
-    if measured_one_gpu_ms:
-        one = replay_ranks([build_schedule(graph, target, tile_config=cfg)], params, remote_us)
-    rows = []
+
+    def step_us(G: int) -> float:
+        schedules = [build_schedule(graph, target, tile_config=cfg)] if G == 1 else \
+            build_rank_schedules(graph, G, target, tile_config=cfg)
+        return replay_ranks(schedules, params, remote_us)
+
+    steps = {}
     for G in gpus:
         if progress:
             progress(G)
-        if G == 1 and one is not None:
-            us = one
-        else:
-            schedules = [build_schedule(graph, target, tile_config=cfg)] if G == 1 else \
-                build_rank_schedules(graph, G, target, tile_config=cfg)
-            us = replay_ranks(schedules, params, remote_us)
+        steps[G] = step_us(G)
+    factor = measured_one_gpu_ms * 1e3 / (steps[1] if 1 in steps else step_us(1)) if measured_one_gpu_ms else None
+    rows = []
+    for G, us in steps.items():
         row = {"gpus": G, "model_us": us, "model_ms": us / 1e3, "model_tok_s": 1e6 / us}
-        if one is not None:
-            factor = measured_one_gpu_ms * 1e3 / one
+        if factor:
             row.update(calibration=factor, predicted_ms=us * factor / 1e3, predicted_tok_s=1e6 / (us * factor))
         rows.append(row)
     return rows

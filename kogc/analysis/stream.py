@@ -25,7 +25,8 @@ import numpy as np
 
 from ..errors import KogcError
 from ..runtime.profile import kind_key
-from ..scheduler.schedule import REFERENCE_ATTENTION_BYTES    # attention's bodies: a split of 64 positions
+from ..scheduler.schedule import context_scale
+from .stamps import body_us
 
 # laneformer-2b's rank 0 of 8 with its peers mirrored (one lane a GPU, HBM idle 85% of the step):
 # the median body (after the waits to the end, us) per kind, H200, 2026-12-03, kernel of 499908f
@@ -33,7 +34,7 @@ from ..scheduler.schedule import REFERENCE_ATTENTION_BYTES    # attention's bodi
 # body, which stands in for costs the model has not got (late waits); a plain profile's bodies fit 9-16%
 # short at G = 4 and 8 (docs/multi-gpu.md, the speed model).
 # Every model's matvec tiles are 32 KB, so these serve where no profile of the model is given;
-# attention's scale with a split's bytes (_body).
+# attention's scale with a split's bytes (scheduler.schedule.context_scale).
 H200_BODY_US = {
     "embed": 2.18, "matvec/rmsnorm/rope_store": 1.76, "matvec/rmsnorm/rope_cache": 1.70, "matvec/rmsnorm/cache": 1.60,
     "attention": 5.25, "matvec/attn_combine/residual": 3.39, "matvec/attn_combine/store": 6.37,
@@ -59,16 +60,13 @@ class StreamParams:
 def body_times_from_stamps(schedule, ids: np.ndarray, ts: np.ndarray) -> dict:
     """Per kind, the median body (after the waits to the end, us) of a profiled step."""
     per: dict = defaultdict(list)
-    for tid, row in zip(ids, ts):
-        per[kind_key(schedule.tasks[int(tid)])].append((row[2] - row[1]) / 1e3)
+    for t, us in zip(schedule.tasks, body_us(schedule, ids, ts)):
+        per[kind_key(t)].append(us)
     return {k: float(np.median(v)) for k, v in per.items()}
 
 
 def _body(t, params: StreamParams) -> float:
-    us = params.body_us.get(kind_key(t), params.default_body_us)
-    if t.kind == "attention":
-        us *= max(1.0, t.cost_bytes / REFERENCE_ATTENTION_BYTES)
-    return us
+    return params.body_us.get(kind_key(t), params.default_body_us) * context_scale(t)
 
 
 def stream_replay(view, params: StreamParams, gpu_of_program: list[int] | None = None,

@@ -322,8 +322,11 @@ def kind_seconds(tasks: list[Task], kind_us: dict, bytes_per_s_per_program: floa
     """Per task: the measured time of its kind (microseconds), or for a kind not listed the bytes
     model's estimate. Attention scales with its bytes past the reference split (longer contexts walk
     more cache rows per split; a profile's figure is taken as one for 64 positions of head_dim 128)."""
-    def us(t: Task) -> float:
-        scale = max(1.0, t.cost_bytes / REFERENCE_ATTENTION_BYTES) if t.kind == "attention" else 1.0
-        return kind_us[t.kind_key] * scale
-    return [us(t) * 1e-6 if t.kind_key in kind_us
+    return [kind_us[t.kind_key] * context_scale(t) * 1e-6 if t.kind_key in kind_us
             else bytes_model_seconds(t, bytes_per_s_per_program) for t in tasks]
+
+
+def context_scale(t: Task) -> float:
+    """How much longer than its kind's measured time a task takes: attention past the reference split
+    (a profile's figure is one for 64 positions of head_dim 128), 1 for every other kind."""
+    return max(1.0, t.cost_bytes / REFERENCE_ATTENTION_BYTES) if t.kind == "attention" else 1.0
