@@ -1,0 +1,59 @@
+"""Does the stream model (kogc.analysis.stream) fit laneformer-2b's mirrored steps with a plain profile's
+bodies once each task draws its body from its kind's measured spread (the slowest task of a phase sets when
+its consumers start) instead of taking the kind's median?
+
+    PYTHONPATH=. python experiments/stream_spread.py docs/results/2026-12-03/mirror-g8-2b-4e7fc79.npz median,sampled
+
+The measured steps are the mirror's one-launch figures at 4e7fc79 (docs/multi-gpu.md, the speed model).
+Draws are seeded; CPU only, about a minute."""
+import sys, time, dataclasses
+from collections import defaultdict
+import numpy as np
+from kogc.analysis import stream
+from kogc.analysis.stamps import check_fits, load_stamps, schedule_for, body_us
+from kogc.analysis.ranks import replay_ranks
+from kogc.runtime.profile import kind_key
+from kogc.scheduler.ranks import build_rank_schedules
+from kogc.scheduler.schedule import build_schedule, context_scale
+from kogc.api import tile_config_for
+from kogc.frontend import to_ir
+from kogc.frontend.model_file import build_for_tracing
+from kogc.targets import get_target
+
+path = sys.argv[1]
+ids, ts, meta = load_stamps(path)
+sched = schedule_for(meta)
+check_fits(sched, ids, path)
+per = defaultdict(list)
+for t, us in zip(sched.tasks, body_us(sched, ids, ts)):
+    per[kind_key(t)].append(us)
+per = {k: np.array(v) for k, v in per.items()}
+med = {k: float(np.median(v)) for k, v in per.items()}
+for k, v in sorted(per.items()):
+    print(f"{k:32} n={len(v):5} median {np.median(v):.2f} p90 {np.percentile(v, 90):.2f} max {v.max():.2f}")
+target = get_target("h200")
+model = build_for_tracing("examples/laneformer.py", preset="laneformer-2b")
+graph = to_ir(model)
+cfg = tile_config_for(model, target, None)
+measured = {1: 1.363, 2: 0.898, 4: 0.699, 8: 0.572}
+orig = stream._body
+for form in sys.argv[2].split(","):
+    for G in (1, 2, 4, 8):
+        sch = [build_schedule(graph, target, tile_config=cfg)] if G == 1 else build_rank_schedules(graph, G, target, tile_config=cfg)
+        params = stream.StreamParams(hbm_gbs=target.hbm_read_bw / 1e9)
+        params.body_us.update(med)
+        if form == "sampled":
+            rng = np.random.default_rng(0)
+            draw = {}
+            def body(t, p, draw=draw, rng=rng):
+                key = id(t)
+                if key not in draw:
+                    v = per.get(kind_key(t))
+                    draw[key] = (float(rng.choice(v)) if v is not None else p.default_body_us) * context_scale(t)
+                return draw[key]
+            stream._body = body
+        else:
+            stream._body = orig
+        t0 = time.time()
+        us = replay_ranks(sch, params, 0.5)
+        print(f"{form:8} G={G}: {us/1e3:.3f} ms vs measured {measured[G]:.3f} ({(us/1e3/measured[G]-1)*100:+.1f}%)  [{time.time()-t0:.0f}s]", flush=True)
