@@ -6,7 +6,7 @@ its consumers start) instead of taking the kind's median?
 
 The measured steps are the mirror's one-launch figures at 4e7fc79 (docs/multi-gpu.md, the speed model).
 Draws are seeded; CPU only, about a minute."""
-import sys, time, dataclasses
+import sys, time
 from collections import defaultdict
 import numpy as np
 from kogc.analysis import stream
