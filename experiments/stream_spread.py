@@ -2,7 +2,10 @@
 bodies once each task draws its body from its kind's measured spread (the slowest task of a phase sets when
 its consumers start) instead of taking the kind's median?
 
-    PYTHONPATH=. python experiments/stream_spread.py docs/results/2026-12-03/mirror-g8-2b-4e7fc79.npz median,sampled
+    PYTHONPATH=. python experiments/stream_spread.py docs/results/2026-12-03/mirror-g8-2b-4e7fc79.npz median,sampled,program
+
+median: every body its kind's median; sampled: drawn from its kind's bodies; program: the median times the
+mean ratio of its program's bodies to their kinds' medians in the profile.
 
 The measured steps are the mirror's one-launch figures at 4e7fc79 (docs/multi-gpu.md, the speed model).
 Draws are seeded; CPU only, about a minute."""
@@ -29,6 +32,12 @@ for t, us in zip(sched.tasks, body_us(sched, ids, ts)):
     per[kind_key(t)].append(us)
 per = {k: np.array(v) for k, v in per.items()}
 med = {k: float(np.median(v)) for k, v in per.items()}
+measured_body = body_us(sched, ids, ts)
+ratios = defaultdict(list)
+for p, q in enumerate(sched.queues):
+    for tid in q:
+        ratios[p].append(measured_body[tid] / med[kind_key(sched.tasks[tid])])
+factor = {p: float(np.mean(r)) for p, r in ratios.items()}
 for k, v in sorted(per.items()):
     print(f"{k:32} n={len(v):5} median {np.median(v):.2f} p90 {np.percentile(v, 90):.2f} max {v.max():.2f}")
 target = get_target("h200")
@@ -52,6 +61,10 @@ for form in sys.argv[2].split(","):
                     draw[key] = (float(rng.choice(v)) if v is not None else p.default_body_us) * context_scale(t)
                 return draw[key]
             stream._body = body
+        elif form == "program":
+            progof = {id(s.tasks[tid]): p for s in sch for p, q in enumerate(s.queues) for tid in q}
+            stream._body = lambda t, p, progof=progof: (p.body_us.get(kind_key(t), p.default_body_us) * context_scale(t)
+                                                        * factor.get(progof.get(id(t), 0), 1.0))
         else:
             stream._body = orig
         t0 = time.time()
