@@ -13,7 +13,7 @@ import sys, time
 from collections import defaultdict
 import numpy as np
 from kogc.analysis import stream
-from kogc.analysis.stamps import check_fits, load_stamps, schedule_for, body_us
+from kogc.analysis.stamps import body_us, load_profiled
 from kogc.analysis.ranks import replay_ranks
 from kogc.runtime.profile import kind_key
 from kogc.scheduler.ranks import build_rank_schedules
@@ -23,14 +23,8 @@ from kogc.frontend import to_ir
 from kogc.frontend.model_file import build_for_tracing
 from kogc.targets import get_target
 
-path = sys.argv[1]
-ids, ts, meta = load_stamps(path)
-sched = schedule_for(meta)
-check_fits(sched, ids, path)
-per = defaultdict(list)
-for t, us in zip(sched.tasks, body_us(sched, ids, ts)):
-    per[kind_key(t)].append(us)
-per = {k: np.array(v) for k, v in per.items()}
+sched, ids, ts, _ = load_profiled(sys.argv[1])
+per = {k: np.array(v) for k, v in stream.bodies_by_kind(sched, ids, ts).items()}
 med = {k: float(np.median(v)) for k, v in per.items()}
 measured_body = body_us(sched, ids, ts)
 ratios = defaultdict(list)

@@ -89,11 +89,9 @@ def start_ranks(args):
 
 def _bodies_from(path: str) -> dict:
     """Per kind, the median body of the profiled step in a task-times file."""
-    from .analysis.stamps import check_fits, load_stamps, schedule_for
+    from .analysis.stamps import load_profiled
     from .analysis.stream import body_times_from_stamps
-    ids, ts, meta = load_stamps(path)
-    schedule = schedule_for(meta)
-    check_fits(schedule, ids, path)
+    schedule, ids, ts, _ = load_profiled(path)
     return body_times_from_stamps(schedule, ids, ts)
 
 

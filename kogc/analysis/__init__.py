@@ -10,7 +10,7 @@ from ..errors import KogcError
 from .phases import PHASES, first_layers, format_phases, layer_phases, phases_report, tail_spans, weight_rate
 from .replay import (chain_composition, format_chain, format_replay, longest_path, measured_overheads, replay,
                      replay_placement, same_tasks)
-from .stamps import body_us, check_fits, load_stamps, save_stamps, schedule_for
+from .stamps import body_us, check_fits, load_profiled, load_stamps, save_stamps, schedule_for
 
 ANALYSES = ("replay", "chain", "phases")
 
@@ -23,9 +23,7 @@ def analyze(what: str, path: str, latencies: list[float] | None = None, first_la
     from ..runtime.profile import format_summary, summarize_times
     if what not in ANALYSES:
         raise ValueError(f"unknown analysis {what!r}; known: {', '.join(ANALYSES)}")
-    ids, ts, meta = load_stamps(path)
-    schedule = schedule_for(meta, **schedule_args)
-    check_fits(schedule, ids, path)
+    schedule, ids, ts, meta = load_profiled(path, **schedule_args)
     latencies = latencies or [1.0]
     if place_with is not None and what != "replay":
         raise KogcError("--place-with goes with replay")

@@ -110,6 +110,15 @@ def check_fits(schedule, ids: np.ndarray, path: str) -> None:
                         f"--config, --lanes, --tile-config and --programs it was compiled with")
 
 
+def load_profiled(path: str, **schedule_args):
+    """(schedule, ids, ts, meta) of a stamps file: the schedule it was taken with built again
+    (schedule_args: see schedule_for) and checked to fit the stamps."""
+    ids, ts, meta = load_stamps(path)
+    schedule = schedule_for(meta, **schedule_args)
+    check_fits(schedule, ids, path)
+    return schedule, ids, ts, meta
+
+
 def body_us(schedule, ids: np.ndarray, ts: np.ndarray) -> list[float]:
     """Each task's body (after its waits to its end, us), by task id."""
     body = [0.0] * len(schedule.tasks)

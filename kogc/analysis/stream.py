@@ -57,12 +57,17 @@ class StreamParams:
     default_body_us: float = 1.5     # a kind with no body listed
 
 
-def body_times_from_stamps(schedule, ids: np.ndarray, ts: np.ndarray) -> dict:
-    """Per kind, the median body (after the waits to the end, us) of a profiled step."""
+def bodies_by_kind(schedule, ids: np.ndarray, ts: np.ndarray) -> dict[str, list[float]]:
+    """Per kind, every task's body (after the waits to the end, us) of a profiled step."""
     per: dict = defaultdict(list)
     for t, us in zip(schedule.tasks, body_us(schedule, ids, ts)):
         per[kind_key(t)].append(us)
-    return {k: float(np.median(v)) for k, v in per.items()}
+    return dict(per)
+
+
+def body_times_from_stamps(schedule, ids: np.ndarray, ts: np.ndarray) -> dict:
+    """Per kind, the median body (after the waits to the end, us) of a profiled step."""
+    return {k: float(np.median(v)) for k, v in bodies_by_kind(schedule, ids, ts).items()}
 
 
 def _body(t, params: StreamParams) -> float:
