@@ -1,0 +1,310 @@
+"""Probe (one H200): FP8 weights widened by integer ops instead of the conversion unit.
+
+kogc's FP8 matvec widens two e4m3 weights with one `F2FP.F16.E4M3.UNPACK_B`, then each to fp32 with
+`HADD2.F32` before its `FFMA` (docs/fp8.md). FP8 products take 2.3-2.8x fp16's for 2x the weights
+(a detail profile), and an mma fed from registers, which halved the instructions but kept the F2FP,
+was no faster with three programs an SM. If the F2FP's rate (a conversion, far below the FMA pipe's on
+Hopper) is what paces them, widening by bit operations on the integer pipe should help: per 32-bit
+word of four weights
+
+    a = (q & 0x80008000) | ((q & 0x7F007F00) >> 1)     # bytes 1 and 3 as fp16 bits, value x 2^-8
+    b = (q' & 0x80008000) | ((q' & 0x7F007F00) >> 1)   # q' = q << 8: bytes 0 and 2
+
+(e4m3's sign, exponent and mantissa moved to fp16's places: exact, subnormals included, the 2^8 folded
+into the row's scale), then each half to fp32 as before. The bytes are stored permuted in each group
+of four so that the four values come out in column order (`permute_words`).
+
+A tile is R = 16 rows of K = 2048 e4m3 (32 KB, kogc's FP8 tile at laneformer-2b's width) with a row
+scale, loaded before a ready wait as a kernel task's is. Forms (a persistent grid of P programs, tile i
+of program p = (p + i * P) % NT):
+- cvt:  kogc's way (the tile loaded flat, reshaped, .to(fp32), times x, summed per row, scaled);
+- int:  the permuted tile loaded as 32-bit words and widened by the bit operations above;
+- mixed: half the rows each way (the conversion unit and the integer pipe sharing the widening);
+- fp16: kogc's fp16 way on R = 8 rows (the same 32 KB), for reference.
+Sets of tiles: `hbm` (1 GiB of distinct tiles), `l2` (8 MB reread), `l1` (each program rereads its own
+tile from L1: the products' own cost). Each output is checked against torch (dequantized weights,
+fp32) by max relative error; out is NaN-filled first.
+
+    PYTHONPATH=. python experiments/fp8_unpack_probe.py --out $OUT/fp8-unpack.json
+    python experiments/fp8_unpack_probe.py --compile-only   # no GPU: sm_90 registers, spills, SASS mix
+    python experiments/fp8_unpack_probe.py --interpret      # no GPU: the int form against torch
+"""
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+if "--interpret" in sys.argv:
+    os.environ["TRITON_INTERPRET"] = "1"      # before triton is imported: @triton.jit reads it
+
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+K = 2048
+R8 = 16                   # FP8 rows per 32 KB tile
+R16 = 8                   # fp16 rows per 32 KB tile
+
+
+@triton.jit
+def _ready_wait(FLAG):
+    """kogc's task waits between its weight loads and its products: an acquire spin on a counter, here
+    one already satisfied (the loads stay before it, as in the kernel)."""
+    while tl.atomic_add(FLAG, 0, sem="acquire", scope="gpu") < 0:
+        pass
+
+
+@triton.jit
+def _half(v):
+    """The low 16 bits of each word as fp16 bits, widened to fp32."""
+    return v.to(tl.uint16).to(tl.float16, bitcast=True).to(tl.float32)
+
+
+@triton.jit
+def _widen_words(q):
+    """q: int32 words of four e4m3 each, bytes stored [c2, c0, c3, c1] (permute_words) -> the four
+    values x 2^-8 as fp32, in column order (4 times q's length). SIGNS is 0x80008000 as an int32 (a
+    Triton literal must fit one); the arithmetic shifts are of non-negative words or cut to 16 bits."""
+    SIGNS: tl.constexpr = -2147450880
+    a = (q & SIGNS) | ((q & 0x7F007F00) >> 1)
+    q2 = q << 8
+    b = (q2 & SIGNS) | ((q2 & 0x7F007F00) >> 1)
+    # a: byte 1 (c0) low, byte 3 (c1) high; b: byte 0 (c2) low, byte 2 (c3) high. join(join(v0, v1),
+    # join(v2, v3)) flattens as v0, v2, v1, v3
+    v = tl.join(tl.join(_half(a), _half(b)), tl.join(_half(a >> 16), _half(b >> 16)))
+    return tl.reshape(v, [4 * q.shape[0]])
+
+
+@triton.jit
+def cvt_form(W, S, X, OUT, T, NT, FLAG, K: tl.constexpr, R: tl.constexpr, SCALED: tl.constexpr,
+             L1: tl.constexpr):
+    """kogc's matvec: the tile loaded flat before the wait, reshaped, widened to fp32, times x, summed per
+    row; SCALED (FP8): times each row's scale, loaded with the tile."""
+    p = tl.program_id(0)
+    P = tl.num_programs(0)
+    rows = tl.arange(0, R)
+    for i in tl.range(0, T):
+        t = (p + i * P) % NT
+        if L1:
+            w = tl.load(W + t.to(tl.int64) * (R * K) + tl.arange(0, R * K))
+        else:
+            w = tl.load(W + t.to(tl.int64) * (R * K) + tl.arange(0, R * K), eviction_policy="evict_first")
+        if SCALED:
+            s = tl.load(S + t * R + rows)
+        else:
+            s = 1.0
+        _ready_wait(FLAG)
+        x = tl.load(X + tl.arange(0, K)).to(tl.float32)
+        acc = tl.sum(tl.reshape(w, [R, K]).to(tl.float32) * x[None, :], 1) * s
+        tl.store(OUT + t * R + rows, acc)
+
+
+@triton.jit
+def int_form(W, S, X, OUT, T, NT, FLAG, K: tl.constexpr, R: tl.constexpr, L1: tl.constexpr):
+    """The same task with the tile as 32-bit words (permute_words), widened by bit operations; the
+    rows' sums times scale x 2^8."""
+    p = tl.program_id(0)
+    P = tl.num_programs(0)
+    rows = tl.arange(0, R)
+    N: tl.constexpr = R * K // 4
+    i = 0
+    while i < T:        # (a while loop: the interpreter's range() refuses a scalar argument)
+        t = (p + i * P) % NT
+        i += 1
+        if L1:
+            q = tl.load(W + t.to(tl.int64) * N + tl.arange(0, N))
+        else:
+            q = tl.load(W + t.to(tl.int64) * N + tl.arange(0, N), eviction_policy="evict_first")
+        s = tl.load(S + t * R + rows)
+        _ready_wait(FLAG)
+        x = tl.load(X + tl.arange(0, K)).to(tl.float32)
+        acc = tl.sum(tl.reshape(_widen_words(q), [R, K]) * x[None, :], 1) * (s * 256.0)
+        tl.store(OUT + t * R + rows, acc)
+
+
+@triton.jit
+def mixed_form(W, W32, S, X, OUT, T, NT, FLAG, K: tl.constexpr, R: tl.constexpr, L1: tl.constexpr):
+    """Half the tile each way, so that the conversion unit and the integer pipe share the widening: its
+    first R / 2 rows as e4m3 bytes widened by .to(fp32) (W), the other R / 2 as permuted words (W32,
+    the same bytes)."""
+    p = tl.program_id(0)
+    P = tl.num_programs(0)
+    H: tl.constexpr = R // 2
+    rows = tl.arange(0, H)
+    N: tl.constexpr = H * K // 4
+    i = 0
+    while i < T:
+        t = (p + i * P) % NT
+        i += 1
+        if L1:
+            w = tl.load(W + t.to(tl.int64) * (R * K) + tl.arange(0, H * K))
+            q = tl.load(W32 + t.to(tl.int64) * (2 * N) + N + tl.arange(0, N))
+        else:
+            w = tl.load(W + t.to(tl.int64) * (R * K) + tl.arange(0, H * K), eviction_policy="evict_first")
+            q = tl.load(W32 + t.to(tl.int64) * (2 * N) + N + tl.arange(0, N), eviction_policy="evict_first")
+        sa = tl.load(S + t * R + rows)
+        sb = tl.load(S + t * R + H + rows)
+        _ready_wait(FLAG)
+        x = tl.load(X + tl.arange(0, K)).to(tl.float32)
+        acc_a = tl.sum(tl.reshape(w, [H, K]).to(tl.float32) * x[None, :], 1) * sa
+        acc_b = tl.sum(tl.reshape(_widen_words(q), [H, K]) * x[None, :], 1) * (sb * 256.0)
+        tl.store(OUT + t * R + rows, acc_a)
+        tl.store(OUT + t * R + H + rows, acc_b)
+
+
+def mixed_bytes(q8):
+    """e4m3 tiles [NT, R, K] -> the bytes mixed_form reads: each tile's first R / 2 rows as they are, the
+    other R / 2 permuted as permute_words does (uint8, [NT, R * K])."""
+    import torch
+    h = q8.shape[1] // 2
+    u = q8.view(torch.uint8)
+    return torch.cat([u[:, :h].reshape(u.shape[0], -1),
+                      permute_words(u[:, h:]).view(torch.uint8).reshape(u.shape[0], -1)], 1).contiguous()
+
+
+def permute_words(q8):
+    """e4m3 bytes [..., K] (as uint8) -> uint32 words [..., K / 4] whose bytes are [c2, c0, c3, c1] of
+    each group of four columns (what _widen_words reads back in column order)."""
+    g = q8.reshape(*q8.shape[:-1], -1, 4)[..., [2, 0, 3, 1]].contiguous()
+    return g.reshape(*q8.shape[:-1], -1).view(__import__("torch").int32)
+
+
+def quantized(nt, device):
+    import torch
+    wf = torch.randn(nt, R8, K, device=device) * 0.05
+    wf[0, 0, :64] = torch.linspace(-1e-4, 1e-4, 64)       # subnormals and zeros in the first row
+    sc = wf.abs().amax(2) / 448.0
+    q8 = (wf / sc[:, :, None]).to(torch.float8_e4m3fn)
+    return q8, sc
+
+
+def interpret_check():
+    """The int form under Triton's interpreter against torch (a few tiles, every byte value once)."""
+    import torch
+    torch.manual_seed(0)
+    nt = 3
+    q8, sc = quantized(nt, "cpu")
+    allb = torch.arange(256, dtype=torch.uint8)
+    allb = allb[(allb & 0x7F) != 0x7F]                       # e4m3fn's NaNs never stored
+    q8.view(torch.uint8)[1, 0, :allb.numel()] = allb
+    x = torch.randn(K, dtype=torch.float16)
+    ref = (q8.float() * sc[:, :, None]) @ x.float()
+    out = torch.full((nt * R8,), float("nan"))
+    w = permute_words(q8.view(torch.uint8))
+    flag = torch.zeros(1, dtype=torch.int32)
+    int_form[(nt,)](w.view(-1), sc.reshape(-1), x, out, 1, nt, flag, K=K, R=R8, L1=0)
+    err = ((out - ref.reshape(-1)).abs().max() / ref.abs().max()).item()
+    print(f"int form under the interpreter: max relative error {err:.2e} against torch ({nt} tiles)")
+    assert err < 1e-5, err
+    mb = mixed_bytes(q8).reshape(-1)
+    out.fill_(float("nan"))
+    mixed_form[(nt,)](mb.view(torch.float8_e4m3fn), mb.view(torch.int32), sc.reshape(-1), x, out, 1, nt, flag,
+                      K=K, R=R8, L1=0)
+    err = ((out - ref.reshape(-1)).abs().max() / ref.abs().max()).item()
+    print(f"mixed form under the interpreter: max relative error {err:.2e} against torch ({nt} tiles)")
+    assert err < 1e-5, err
+
+
+def kernels():
+    common = {"OUT": "*fp32", "T": "i32", "NT": "i32", "FLAG": "*i32"}
+    return [
+        ("cvt", cvt_form, {"W": "*fp8e4nv", "S": "*fp32", "X": "*fp16", **common, "K": "constexpr", "R": "constexpr",
+                           "SCALED": "constexpr", "L1": "constexpr"}, {"K": K, "R": R8, "SCALED": 1}),
+        ("int", int_form, {"W": "*i32", "S": "*fp32", "X": "*fp16", **common, "K": "constexpr", "R": "constexpr",
+                           "L1": "constexpr"}, {"K": K, "R": R8}),
+        ("mixed", mixed_form, {"W": "*fp8e4nv", "W32": "*i32", "S": "*fp32", "X": "*fp16", **common,
+                               "K": "constexpr", "R": "constexpr", "L1": "constexpr"}, {"K": K, "R": R8}),
+        ("fp16", cvt_form, {"W": "*fp16", "S": "*fp32", "X": "*fp16", **common, "K": "constexpr", "R": "constexpr",
+                            "SCALED": "constexpr", "L1": "constexpr"}, {"K": K, "R": R16, "SCALED": 0}),
+    ]
+
+
+def compile_only():
+    from gluon_stream_probe import ALIGNED, _usage, compile_sm90
+    cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/cuobjdump")
+    ops = ["F2FP", "HADD2.F32", "LOP3", "SHF", "PRMT", "IMAD", "FFMA", "FADD", "BAR", "STS", "LDS", "SHFL"]
+    print(f"{'kernel':<6}{'regs':>6}{'spill B':>9}  SASS per tile: " + " ".join(ops))
+    for name, fn, sig, cx in kernels():
+        aligned = {(j,): ALIGNED for j, ty in enumerate(sig.values()) if ty.startswith("*")}
+        k = compile_sm90(fn, sig, {**cx, "L1": 0}, dict(num_warps=4, num_stages=1), False, aligned)
+        regs, spill = _usage(k)
+        with tempfile.TemporaryDirectory() as tmp:
+            open(f"{tmp}/k.cubin", "wb").write(k.asm["cubin"])
+            sass = subprocess.run([cuobjdump, "-sass", f"{tmp}/k.cubin"], capture_output=True, text=True).stdout
+        ins = re.findall(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9_.]+)", sass)
+        counts = [sum(1 for i in ins if i == op or i.startswith(op + ".")) for op in ops]
+        print(f"{name:<6}{regs!s:>6}{spill!s:>9}  " + " ".join(f"{c}" for c in counts) + f"  ({len(ins)} in all)")
+
+
+def run(args):
+    import torch
+    from gluon_stream_probe import median_launch_us
+    dev = torch.device("cuda")
+    props = torch.cuda.get_device_properties(dev)
+    torch.manual_seed(0)
+    nt = args.gib * (1 << 30) // (32 * 1024)
+    q8, sc = quantized(nt, dev)
+    deq = q8.float() * sc[:, :, None]
+    x = torch.randn(K, device=dev, dtype=torch.float16)
+    ref8 = torch.cat([blk @ x.float() for blk in deq.split(4096)]).reshape(-1)
+    del deq
+    w16 = torch.randn(nt, R16, K, device=dev, dtype=torch.float16)
+    ref16 = torch.cat([blk.float() @ x.float() for blk in w16.split(4096)]).reshape(-1)
+    words = torch.cat([permute_words(b.view(torch.uint8)) for b in q8.split(2048)]).reshape(-1)
+    mixed = torch.cat([mixed_bytes(b) for b in q8.split(2048)]).reshape(-1)
+    out = torch.empty(nt * R8, device=dev, dtype=torch.float32)
+    flag = torch.zeros(1, device=dev, dtype=torch.int32)
+    rows = []
+    for tiles_name in ("hbm", "l2", "l1"):
+        for name, fn, _, cx in kernels():
+            for P in args.programs:
+                NT = {"hbm": nt, "l2": args.l2_tiles, "l1": P}[tiles_name]
+                T = max(1, (nt if tiles_name == "hbm" else args.reads) // P)
+                a = {"cvt": (q8, sc, x), "int": (words, sc, x), "fp16": (w16, sc, x),
+                     "mixed": (mixed.view(torch.float8_e4m3fn), mixed.view(torch.int32), sc, x)}[name]
+                ref = ref16 if name == "fp16" else ref8
+                rpt = R16 if name == "fp16" else R8
+                L1 = int(tiles_name == "l1")
+                run1 = lambda: fn[(P,)](*a, out, T, NT, flag, num_warps=4, num_stages=1, L1=L1, **cx)
+                out.fill_(float("nan"))
+                run1()
+                torch.cuda.synchronize()
+                n_out = min(NT, P * T) * rpt
+                got, want = out[:n_out], ref[:n_out]
+                err = ((got - want).abs().max() / want.abs().max()).item()
+                us = median_launch_us(run1, args.warmup, args.iters)
+                row = dict(tiles=tiles_name, form=name, P=P, tiles_per_program=T, us=us, us_per_tile=us / T,
+                           GBps=P * T * 32768 / (us * 1e-6) / 1e9, rel_err=err)
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+    print(f"{props.name}: 32 KB tiles (FP8 16 x {K}, fp16 8 x {K}); hbm: {nt} distinct tiles; l2: {args.l2_tiles} "
+          f"tiles reread; l1: each program its own tile")
+    print(f"{'tiles':<6}{'form':<6}{'P':>5}{'us/tile':>9}{'GB/s':>8}{'rel err':>10}")
+    for r in rows:
+        print(f"{r['tiles']:<6}{r['form']:<6}{r['P']:>5}{r['us_per_tile']:>9.3f}{r['GBps']:>8.0f}{r['rel_err']:>10.2e}")
+    if args.out:
+        json.dump(dict(device=props.name, rows=rows), open(args.out, "w"), indent=1)
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--compile-only", action="store_true")
+    ap.add_argument("--interpret", action="store_true")
+    ap.add_argument("--gib", type=int, default=1)
+    ap.add_argument("--l2-tiles", type=int, default=256, help="tiles of the L2-resident set (8 MB)")
+    ap.add_argument("--reads", type=int, default=32768, help="tiles read per launch from the l2 and l1 sets")
+    ap.add_argument("--programs", type=int, nargs="+", default=[132, 396])
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--iters", type=int, default=7)
+    a = ap.parse_args()
+    if a.compile_only:
+        compile_only()
+    elif a.interpret:
+        interpret_check()
+    else:
+        run(a)
