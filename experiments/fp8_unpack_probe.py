@@ -11,14 +11,14 @@ word of four weights
     b = (q' & 0x80008000) | ((q' & 0x7F007F00) >> 1)   # q' = q << 8: bytes 0 and 2
 
 (e4m3's sign, exponent and mantissa moved to fp16's places: exact, subnormals included, the 2^8 folded
-into the row's scale), then each half to fp32 as before. The bytes are stored permuted in each group
-of four so that the four values come out in column order (`permute_words`).
+into the row's scale), then each half to fp32 as before. The bytes stay in column order; x is taken
+apart into its four columns per word instead (small), and the products are formed in the words' layout.
 
 A tile is R = 16 rows of K = 2048 e4m3 (32 KB, kogc's FP8 tile at laneformer-2b's width) with a row
 scale, loaded before a ready wait as a kernel task's is. Forms (a persistent grid of P programs, tile i
 of program p = (p + i * P) % NT):
 - cvt:  kogc's way (the tile loaded flat, reshaped, .to(fp32), times x, summed per row, scaled);
-- int:  the permuted tile loaded as 32-bit words and widened by the bit operations above;
+- int:  the tile loaded as 32-bit words and widened by the bit operations above;
 - mixed: half the rows each way (the conversion unit and the integer pipe sharing the widening);
 - fp16: kogc's fp16 way on R = 8 rows (the same 32 KB), for reference.
 Sets of tiles: `hbm` (1 GiB of distinct tiles), `l2` (8 MB reread), `l1` (each program rereads its own
@@ -65,18 +65,21 @@ def _half(v):
 
 
 @triton.jit
-def _widen_words(q):
-    """q: int32 words of four e4m3 each, bytes stored [c2, c0, c3, c1] (permute_words) -> the four
-    values x 2^-8 as fp32, in column order (4 times q's length). SIGNS is 0x80008000 as an int32 (a
-    Triton literal must fit one); the arithmetic shifts are of non-negative words or cut to 16 bits."""
-    SIGNS: tl.constexpr = -2147450880
-    a = (q & SIGNS) | ((q & 0x7F007F00) >> 1)
+def _word_products(q, x, R: tl.constexpr, K: tl.constexpr):
+    """The rows' sums of R x K e4m3 as R * K / 4 int32 words (bytes in column order), times x, times 2^-8:
+    each word widened by the bit operations above, the products formed in the words' own layout against
+    x taken apart into its four columns per word (as the kernel's candidate form does)."""
+    SIGNS: tl.constexpr = -2147450880       # 0x80008000 as an int32 (a Triton literal must fit one)
+    q = tl.reshape(q, [R, K // 4])
+    a = (q & SIGNS) | ((q & 0x7F007F00) >> 1)        # bytes 1 and 3: columns 4j + 1 and 4j + 3
     q2 = q << 8
-    b = (q2 & SIGNS) | ((q2 & 0x7F007F00) >> 1)
-    # a: byte 1 (c0) low, byte 3 (c1) high; b: byte 0 (c2) low, byte 2 (c3) high. join(join(v0, v1),
-    # join(v2, v3)) flattens as v0, v2, v1, v3
-    v = tl.join(tl.join(_half(a), _half(b)), tl.join(_half(a >> 16), _half(b >> 16)))
-    return tl.reshape(v, [4 * q.shape[0]])
+    b = (q2 & SIGNS) | ((q2 & 0x7F007F00) >> 1)      # bytes 0 and 2: columns 4j and 4j + 2
+    xe, xo = tl.split(tl.reshape(x, [K // 4, 2, 2]))      # x[4j + 2p] and x[4j + 2p + 1] at [j, p]
+    x0, x2 = tl.split(xe)
+    x1, x3 = tl.split(xo)
+    prod = (_half(b) * x0[None, :] + _half(a) * x1[None, :] + _half(b >> 16) * x2[None, :]
+            + _half(a >> 16) * x3[None, :])
+    return tl.sum(prod, 1)
 
 
 @triton.jit
@@ -105,8 +108,8 @@ def cvt_form(W, S, X, OUT, T, NT, FLAG, K: tl.constexpr, R: tl.constexpr, SCALED
 
 @triton.jit
 def int_form(W, S, X, OUT, T, NT, FLAG, K: tl.constexpr, R: tl.constexpr, L1: tl.constexpr):
-    """The same task with the tile as 32-bit words (permute_words), widened by bit operations; the
-    rows' sums times scale x 2^8."""
+    """The same task with the tile as 32-bit words, widened by bit operations; the rows' sums times
+    scale x 2^8."""
     p = tl.program_id(0)
     P = tl.num_programs(0)
     rows = tl.arange(0, R)
@@ -122,15 +125,15 @@ def int_form(W, S, X, OUT, T, NT, FLAG, K: tl.constexpr, R: tl.constexpr, L1: tl
         s = tl.load(S + t * R + rows)
         _ready_wait(FLAG)
         x = tl.load(X + tl.arange(0, K)).to(tl.float32)
-        acc = tl.sum(tl.reshape(_widen_words(q), [R, K]) * x[None, :], 1) * (s * 256.0)
+        acc = _word_products(q, x, R, K) * (s * 256.0)
         tl.store(OUT + t * R + rows, acc)
 
 
 @triton.jit
 def mixed_form(W, W32, S, X, OUT, T, NT, FLAG, K: tl.constexpr, R: tl.constexpr, L1: tl.constexpr):
     """Half the tile each way, so that the conversion unit and the integer pipe share the widening: its
-    first R / 2 rows as e4m3 bytes widened by .to(fp32) (W), the other R / 2 as permuted words (W32,
-    the same bytes)."""
+    first R / 2 rows as e4m3 bytes widened by .to(fp32) (W), the other R / 2 as words (W32, the same
+    bytes)."""
     p = tl.program_id(0)
     P = tl.num_programs(0)
     H: tl.constexpr = R // 2
@@ -151,26 +154,9 @@ def mixed_form(W, W32, S, X, OUT, T, NT, FLAG, K: tl.constexpr, R: tl.constexpr,
         _ready_wait(FLAG)
         x = tl.load(X + tl.arange(0, K)).to(tl.float32)
         acc_a = tl.sum(tl.reshape(w, [H, K]).to(tl.float32) * x[None, :], 1) * sa
-        acc_b = tl.sum(tl.reshape(_widen_words(q), [H, K]) * x[None, :], 1) * (sb * 256.0)
+        acc_b = _word_products(q, x, H, K) * (sb * 256.0)
         tl.store(OUT + t * R + rows, acc_a)
         tl.store(OUT + t * R + H + rows, acc_b)
-
-
-def mixed_bytes(q8):
-    """e4m3 tiles [NT, R, K] -> the bytes mixed_form reads: each tile's first R / 2 rows as they are, the
-    other R / 2 permuted as permute_words does (uint8, [NT, R * K])."""
-    import torch
-    h = q8.shape[1] // 2
-    u = q8.view(torch.uint8)
-    return torch.cat([u[:, :h].reshape(u.shape[0], -1),
-                      permute_words(u[:, h:]).view(torch.uint8).reshape(u.shape[0], -1)], 1).contiguous()
-
-
-def permute_words(q8):
-    """e4m3 bytes [..., K] (as uint8) -> uint32 words [..., K / 4] whose bytes are [c2, c0, c3, c1] of
-    each group of four columns (what _widen_words reads back in column order)."""
-    g = q8.reshape(*q8.shape[:-1], -1, 4)[..., [2, 0, 3, 1]].contiguous()
-    return g.reshape(*q8.shape[:-1], -1).view(__import__("torch").int32)
 
 
 def quantized(nt, device):
@@ -194,13 +180,13 @@ def interpret_check():
     x = torch.randn(K, dtype=torch.float16)
     ref = (q8.float() * sc[:, :, None]) @ x.float()
     out = torch.full((nt * R8,), float("nan"))
-    w = permute_words(q8.view(torch.uint8))
+    w = q8.view(torch.uint8).view(torch.int32)
     flag = torch.zeros(1, dtype=torch.int32)
     int_form[(nt,)](w.view(-1), sc.reshape(-1), x, out, 1, nt, flag, K=K, R=R8, L1=0)
     err = ((out - ref.reshape(-1)).abs().max() / ref.abs().max()).item()
     print(f"int form under the interpreter: max relative error {err:.2e} against torch ({nt} tiles)")
     assert err < 1e-5, err
-    mb = mixed_bytes(q8).reshape(-1)
+    mb = q8.view(torch.uint8).reshape(-1)
     out.fill_(float("nan"))
     mixed_form[(nt,)](mb.view(torch.float8_e4m3fn), mb.view(torch.int32), sc.reshape(-1), x, out, 1, nt, flag,
                       K=K, R=R8, L1=0)
@@ -254,8 +240,7 @@ def run(args):
     del deq
     w16 = torch.randn(nt, R16, K, device=dev, dtype=torch.float16)
     ref16 = torch.cat([blk.float() @ x.float() for blk in w16.split(4096)]).reshape(-1)
-    words = torch.cat([permute_words(b.view(torch.uint8)) for b in q8.split(2048)]).reshape(-1)
-    mixed = torch.cat([mixed_bytes(b) for b in q8.split(2048)]).reshape(-1)
+    words = q8.view(torch.uint8).reshape(-1).view(torch.int32)
     out = torch.empty(nt * R8, device=dev, dtype=torch.float32)
     flag = torch.zeros(1, device=dev, dtype=torch.int32)
     rows = []
@@ -265,7 +250,7 @@ def run(args):
                 NT = {"hbm": nt, "l2": args.l2_tiles, "l1": P}[tiles_name]
                 T = max(1, (nt if tiles_name == "hbm" else args.reads) // P)
                 a = {"cvt": (q8, sc, x), "int": (words, sc, x), "fp16": (w16, sc, x),
-                     "mixed": (mixed.view(torch.float8_e4m3fn), mixed.view(torch.int32), sc, x)}[name]
+                     "mixed": (q8, words, sc, x)}[name]
                 ref = ref16 if name == "fp16" else ref8
                 rpt = R16 if name == "fp16" else R8
                 L1 = int(tiles_name == "l1")
