@@ -19,6 +19,7 @@ scale, loaded before a ready wait as a kernel task's is. Forms (a persistent gri
 of program p = (p + i * P) % NT):
 - cvt:  kogc's way (the tile loaded flat, reshaped, .to(fp32), times x, summed per row, scaled);
 - int:  the tile loaded as 32-bit words and widened by the bit operations above;
+- asm:  int with the widening written in inline PTX (GPU only: the interpreter has no inline assembly);
 - mixed: half the rows each way (the conversion unit and the integer pipe sharing the widening);
 - fp16: kogc's fp16 way on R = 8 rows (the same 32 KB), for reference.
 Sets of tiles: `hbm` (1 GiB of distinct tiles), `l2` (8 MB reread), `l1` (each program rereads its own
@@ -80,6 +81,62 @@ def _word_products(q, x, R: tl.constexpr, K: tl.constexpr):
     prod = (_half(b) * x0[None, :] + _half(a) * x1[None, :] + _half(b >> 16) * x2[None, :]
             + _half(a >> 16) * x3[None, :])
     return tl.sum(prod, 1)
+
+
+WIDEN_ASM = tl.constexpr("""{
+.reg .b32 a, b, t, s;
+.reg .b16 al, ah, bl, bh;
+and.b32 s, $4, 0x80008000;
+and.b32 t, $4, 0x7F007F00;
+shr.b32 t, t, 1;
+or.b32 a, s, t;
+shl.b32 s, $4, 8;
+and.b32 t, s, 0x7F007F00;
+and.b32 s, s, 0x80008000;
+shr.b32 t, t, 1;
+or.b32 b, s, t;
+mov.b32 {al, ah}, a;
+mov.b32 {bl, bh}, b;
+cvt.f32.f16 $0, bl;
+cvt.f32.f16 $1, al;
+cvt.f32.f16 $2, bh;
+cvt.f32.f16 $3, ah;
+}""")
+
+
+@triton.jit
+def _word_products_asm(q, x, R: tl.constexpr, K: tl.constexpr):
+    """_word_products with each word widened by inline PTX (the same bit operations; each fp16 half
+    widened from its own 16-bit register, which ptxas can read in place): GPU only."""
+    q = tl.reshape(q, [R, K // 4])
+    v0, v1, v2, v3 = tl.inline_asm_elementwise(WIDEN_ASM, "=r,=r,=r,=r,r", [q], dtype=(tl.float32,) * 4,
+                                               is_pure=True, pack=1)
+    xe, xo = tl.split(tl.reshape(x, [K // 4, 2, 2]))
+    x0, x2 = tl.split(xe)
+    x1, x3 = tl.split(xo)
+    return tl.sum(v0 * x0[None, :] + v1 * x1[None, :] + v2 * x2[None, :] + v3 * x3[None, :], 1)
+
+
+@triton.jit
+def asm_form(W, S, X, OUT, T, NT, FLAG, K: tl.constexpr, R: tl.constexpr, L1: tl.constexpr):
+    """int_form with the widening in inline PTX (GPU only)."""
+    p = tl.program_id(0)
+    P = tl.num_programs(0)
+    rows = tl.arange(0, R)
+    N: tl.constexpr = R * K // 4
+    i = 0
+    while i < T:
+        t = (p + i * P) % NT
+        i += 1
+        if L1:
+            q = tl.load(W + t.to(tl.int64) * N + tl.arange(0, N))
+        else:
+            q = tl.load(W + t.to(tl.int64) * N + tl.arange(0, N), eviction_policy="evict_first")
+        s = tl.load(S + t * R + rows)
+        _ready_wait(FLAG)
+        x = tl.load(X + tl.arange(0, K)).to(tl.float32)
+        acc = _word_products_asm(q, x, R, K) * (s * 256.0)
+        tl.store(OUT + t * R + rows, acc)
 
 
 @triton.jit
@@ -202,6 +259,8 @@ def kernels():
                            "SCALED": "constexpr", "L1": "constexpr"}, {"K": K, "R": R8, "SCALED": 1}),
         ("int", int_form, {"W": "*i32", "S": "*fp32", "X": "*fp16", **common, "K": "constexpr", "R": "constexpr",
                            "L1": "constexpr"}, {"K": K, "R": R8}),
+        ("asm", asm_form, {"W": "*i32", "S": "*fp32", "X": "*fp16", **common, "K": "constexpr", "R": "constexpr",
+                           "L1": "constexpr"}, {"K": K, "R": R8}),
         ("mixed", mixed_form, {"W": "*fp8e4nv", "W32": "*i32", "S": "*fp32", "X": "*fp16", **common,
                                "K": "constexpr", "R": "constexpr", "L1": "constexpr"}, {"K": K, "R": R8}),
         ("fp16", cvt_form, {"W": "*fp16", "S": "*fp32", "X": "*fp16", **common, "K": "constexpr", "R": "constexpr",
@@ -249,7 +308,7 @@ def run(args):
             for P in args.programs:
                 NT = {"hbm": nt, "l2": args.l2_tiles, "l1": P}[tiles_name]
                 T = max(1, (nt if tiles_name == "hbm" else args.reads) // P)
-                a = {"cvt": (q8, sc, x), "int": (words, sc, x), "fp16": (w16, sc, x),
+                a = {"cvt": (q8, sc, x), "int": (words, sc, x), "asm": (words, sc, x), "fp16": (w16, sc, x),
                      "mixed": (q8, words, sc, x)}[name]
                 ref = ref16 if name == "fp16" else ref8
                 rpt = R16 if name == "fp16" else R8
