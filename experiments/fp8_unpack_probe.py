@@ -46,18 +46,11 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from fp8_mma_probe import _ready_wait  # noqa: E402
 
 K = 2048
 R8 = 16                   # FP8 rows per 32 KB tile
 R16 = 8                   # fp16 rows per 32 KB tile
-
-
-@triton.jit
-def _ready_wait(FLAG):
-    """kogc's task waits between its weight loads and its products: an acquire spin on a counter, here
-    one already satisfied (the loads stay before it, as in the kernel)."""
-    while tl.atomic_add(FLAG, 0, sem="acquire", scope="gpu") < 0:
-        pass
 
 
 @triton.jit
@@ -67,130 +60,37 @@ def _half(v):
 
 
 @triton.jit
-def _word_products(q, x, R: tl.constexpr, K: tl.constexpr):
-    """The rows' sums of R x K e4m3 as R * K / 4 int32 words (bytes in column order), times x, times 2^-8:
-    each word widened by the bit operations above, the products formed in the words' own layout against
-    x taken apart into its four columns per word (as the kernel's candidate form does)."""
-    SIGNS: tl.constexpr = -2147450880       # 0x80008000 as an int32 (a Triton literal must fit one)
-    q = tl.reshape(q, [R, K // 4])
-    a = (q & SIGNS) | ((q & 0x7F007F00) >> 1)        # bytes 1 and 3: columns 4j + 1 and 4j + 3
+def _widen_bits(q):
+    """Words of four e4m3 -> their values x 2^-8 in fp32, in column order, by the bit operations above
+    (0x80008000 written as an int32: a Triton literal must fit one)."""
+    SIGNS: tl.constexpr = -2147450880
+    a = (q & SIGNS) | ((q & 0x7F007F00) >> 1)        # bytes 1 and 3
     q2 = q << 8
-    b = (q2 & SIGNS) | ((q2 & 0x7F007F00) >> 1)      # bytes 0 and 2: columns 4j and 4j + 2
-    xe, xo = tl.split(tl.reshape(x, [K // 4, 2, 2]))      # x[4j + 2p] and x[4j + 2p + 1] at [j, p]
-    x0, x2 = tl.split(xe)
-    x1, x3 = tl.split(xo)
-    prod = (_half(b) * x0[None, :] + _half(a) * x1[None, :] + _half(b >> 16) * x2[None, :]
-            + _half(a >> 16) * x3[None, :])
-    return tl.sum(prod, 1)
+    b = (q2 & SIGNS) | ((q2 & 0x7F007F00) >> 1)      # bytes 0 and 2
+    return _half(b), _half(a), _half(b >> 16), _half(a >> 16)
 
 
-WIDEN_ASM = tl.constexpr("""{
-.reg .b32 a, b, t, s;
-.reg .b16 al, ah, bl, bh;
-and.b32 s, $4, 0x80008000;
-and.b32 t, $4, 0x7F007F00;
+# The same bit operations in PTX, each fp16 half widened from its own 16-bit register: one word (BITS),
+# or two words, the first by the conversion unit (exact) and the second by the bit operations (PAIR).
+BITS = """and.b32 s, $W, 0x80008000;
+and.b32 t, $W, 0x7F007F00;
 shr.b32 t, t, 1;
 or.b32 a, s, t;
-shl.b32 s, $4, 8;
+shl.b32 s, $W, 8;
 and.b32 t, s, 0x7F007F00;
 and.b32 s, s, 0x80008000;
 shr.b32 t, t, 1;
 or.b32 b, s, t;
 mov.b32 {al, ah}, a;
 mov.b32 {bl, bh}, b;
-cvt.f32.f16 $0, bl;
-cvt.f32.f16 $1, al;
-cvt.f32.f16 $2, bh;
-cvt.f32.f16 $3, ah;
-}""")
-
-
-@triton.jit
-def _word_products_asm(q, x, R: tl.constexpr, K: tl.constexpr):
-    """_word_products with each word widened by inline PTX (the same bit operations; each fp16 half
-    widened from its own 16-bit register, which ptxas can read in place): GPU only."""
-    q = tl.reshape(q, [R, K // 4])
-    v0, v1, v2, v3 = tl.inline_asm_elementwise(WIDEN_ASM, "=r,=r,=r,=r,r", [q], dtype=(tl.float32,) * 4,
-                                               is_pure=True, pack=1)
-    xe, xo = tl.split(tl.reshape(x, [K // 4, 2, 2]))
-    x0, x2 = tl.split(xe)
-    x1, x3 = tl.split(xo)
-    return tl.sum(v0 * x0[None, :] + v1 * x1[None, :] + v2 * x2[None, :] + v3 * x3[None, :], 1)
-
-
-@triton.jit
-def asm_form(W, S, X, OUT, T, NT, FLAG, K: tl.constexpr, R: tl.constexpr, L1: tl.constexpr):
-    """int_form with the widening in inline PTX (GPU only)."""
-    p = tl.program_id(0)
-    P = tl.num_programs(0)
-    rows = tl.arange(0, R)
-    N: tl.constexpr = R * K // 4
-    i = 0
-    while i < T:
-        t = (p + i * P) % NT
-        i += 1
-        if L1:
-            q = tl.load(W + t.to(tl.int64) * N + tl.arange(0, N))
-        else:
-            q = tl.load(W + t.to(tl.int64) * N + tl.arange(0, N), eviction_policy="evict_first")
-        s = tl.load(S + t * R + rows)
-        _ready_wait(FLAG)
-        x = tl.load(X + tl.arange(0, K)).to(tl.float32)
-        acc = _word_products_asm(q, x, R, K) * (s * 256.0)
-        tl.store(OUT + t * R + rows, acc)
-
-
-@triton.jit
-def cvt_form(W, S, X, OUT, T, NT, FLAG, K: tl.constexpr, R: tl.constexpr, SCALED: tl.constexpr,
-             L1: tl.constexpr):
-    """kogc's matvec: the tile loaded flat before the wait, reshaped, widened to fp32, times x, summed per
-    row; SCALED (FP8): times each row's scale, loaded with the tile."""
-    p = tl.program_id(0)
-    P = tl.num_programs(0)
-    rows = tl.arange(0, R)
-    for i in tl.range(0, T):
-        t = (p + i * P) % NT
-        if L1:
-            w = tl.load(W + t.to(tl.int64) * (R * K) + tl.arange(0, R * K))
-        else:
-            w = tl.load(W + t.to(tl.int64) * (R * K) + tl.arange(0, R * K), eviction_policy="evict_first")
-        if SCALED:
-            s = tl.load(S + t * R + rows)
-        else:
-            s = 1.0
-        _ready_wait(FLAG)
-        x = tl.load(X + tl.arange(0, K)).to(tl.float32)
-        acc = tl.sum(tl.reshape(w, [R, K]).to(tl.float32) * x[None, :], 1) * s
-        tl.store(OUT + t * R + rows, acc)
-
-
-@triton.jit
-def int_form(W, S, X, OUT, T, NT, FLAG, K: tl.constexpr, R: tl.constexpr, L1: tl.constexpr):
-    """The same task with the tile as 32-bit words, widened by bit operations; the rows' sums times
-    scale x 2^8."""
-    p = tl.program_id(0)
-    P = tl.num_programs(0)
-    rows = tl.arange(0, R)
-    N: tl.constexpr = R * K // 4
-    i = 0
-    while i < T:        # (a while loop: the interpreter's range() refuses a scalar argument)
-        t = (p + i * P) % NT
-        i += 1
-        if L1:
-            q = tl.load(W + t.to(tl.int64) * N + tl.arange(0, N))
-        else:
-            q = tl.load(W + t.to(tl.int64) * N + tl.arange(0, N), eviction_policy="evict_first")
-        s = tl.load(S + t * R + rows)
-        _ready_wait(FLAG)
-        x = tl.load(X + tl.arange(0, K)).to(tl.float32)
-        acc = _word_products(q, x, R, K) * (s * 256.0)
-        tl.store(OUT + t * R + rows, acc)
-
-
-PAIR_ASM = tl.constexpr("""{
-.reg .b32 a, b, t, s, h0, h1;
-.reg .b16 al, ah, bl, bh, lo, hi, cl, ch, dl, dh;
-mov.b32 {lo, hi}, $8;
+cvt.f32.f16 $O0, bl;
+cvt.f32.f16 $O1, al;
+cvt.f32.f16 $O2, bh;
+cvt.f32.f16 $O3, ah;
+"""
+REGS = ".reg .b32 a, b, t, s, h0, h1;\n.reg .b16 al, ah, bl, bh, lo, hi, cl, ch, dl, dh;\n"
+BITS_ASM = tl.constexpr("{\n" + REGS + BITS.replace("$W", "$4").replace("$O", "$") + "}")
+PAIR_ASM = tl.constexpr("{\n" + REGS + """mov.b32 {lo, hi}, $8;
 cvt.rn.f16x2.e4m3x2 h0, lo;
 cvt.rn.f16x2.e4m3x2 h1, hi;
 mov.b32 {cl, ch}, h0;
@@ -199,58 +99,81 @@ cvt.f32.f16 $0, cl;
 cvt.f32.f16 $1, ch;
 cvt.f32.f16 $2, dl;
 cvt.f32.f16 $3, dh;
-and.b32 s, $9, 0x80008000;
-and.b32 t, $9, 0x7F007F00;
-shr.b32 t, t, 1;
-or.b32 a, s, t;
-shl.b32 s, $9, 8;
-and.b32 t, s, 0x7F007F00;
-and.b32 s, s, 0x80008000;
-shr.b32 t, t, 1;
-or.b32 b, s, t;
-mov.b32 {al, ah}, a;
-mov.b32 {bl, bh}, b;
-cvt.f32.f16 $4, bl;
-cvt.f32.f16 $5, al;
-cvt.f32.f16 $6, bh;
-cvt.f32.f16 $7, ah;
-}""")
+""" + BITS.replace("$W", "$9").replace("$O0", "$4").replace("$O1", "$5").replace("$O2", "$6").replace("$O3", "$7")
+    + "}")
 
 
 @triton.jit
-def mixed_form(W, S, X, OUT, T, NT, FLAG, K: tl.constexpr, R: tl.constexpr, L1: tl.constexpr):
-    """A word of each pair each way, so that the conversion unit and the integer pipe share the widening
-    (the kernel candidate's form 2, GPU only): the first word by cvt.rn.f16x2.e4m3x2 (exact), the second
-    by the bit operations (x 2^-8, undone in x's columns)."""
-    p = tl.program_id(0)
-    P = tl.num_programs(0)
-    rows = tl.arange(0, R)
-    N: tl.constexpr = R * K // 4
-    i = 0
-    while i < T:
-        t = (p + i * P) % NT
-        i += 1
-        if L1:
-            q = tl.load(W + t.to(tl.int64) * N + tl.arange(0, N))
-        else:
-            q = tl.load(W + t.to(tl.int64) * N + tl.arange(0, N), eviction_policy="evict_first")
-        s = tl.load(S + t * R + rows)
-        _ready_wait(FLAG)
-        x = tl.load(X + tl.arange(0, K)).to(tl.float32)
-        qa, qb = tl.split(tl.reshape(q, [R, K // 8, 2]))
-        v0, v1, v2, v3, v4, v5, v6, v7 = tl.inline_asm_elementwise(
-            PAIR_ASM, "=r,=r,=r,=r,=r,=r,=r,=r,r,r", [qa, qb], dtype=(tl.float32,) * 8, is_pure=True, pack=1)
-        e, o = tl.split(tl.reshape(x, [K // 8, 2, 2, 2]))     # x[8j + 4p + 2q] and + 1 at [j, p, q]
+def _columns(x, K: tl.constexpr, G: tl.constexpr):
+    """x taken apart into its G (4 or 8) columns per group of G: x[G j + c] at [j] of the c-th."""
+    if G == 4:
+        e, o = tl.split(tl.reshape(x, [K // 4, 2, 2]))      # x[4j + 2p] and x[4j + 2p + 1] at [j, p]
+        x0, x2 = tl.split(e)
+        x1, x3 = tl.split(o)
+        return x0, x1, x2, x3
+    else:
+        e, o = tl.split(tl.reshape(x, [K // 8, 2, 2, 2]))   # x[8j + 4p + 2q] and + 1 at [j, p, q]
         e0, e1 = tl.split(e)
         o0, o1 = tl.split(o)
         x0, x4 = tl.split(e0)
         x2, x6 = tl.split(e1)
         x1, x5 = tl.split(o0)
         x3, x7 = tl.split(o1)
+        return x0, x1, x2, x3, x4, x5, x6, x7
+
+
+@triton.jit
+def _products(w, x, R: tl.constexpr, K: tl.constexpr, FORM: tl.constexpr):
+    """The rows' sums of one tile times x (unscaled). FORM 0: the tile as e4m3 (or fp16) values, widened by
+    .to(fp32) (kogc's way); 1 / 2: as int32 words, widened by the bit operations in Triton / in PTX, the
+    products formed in the words' own layout against x taken apart (as the kernel candidate's form 1);
+    3: each pair of words one each way in PTX (the candidate's form 2), the 2^-8 undone in x."""
+    if FORM == 0:
+        return tl.sum(tl.reshape(w, [R, K]).to(tl.float32) * x[None, :], 1)
+    elif FORM == 3:
+        qa, qb = tl.split(tl.reshape(w, [R, K // 8, 2]))
+        v0, v1, v2, v3, v4, v5, v6, v7 = tl.inline_asm_elementwise(
+            PAIR_ASM, "=r,=r,=r,=r,=r,=r,=r,=r,r,r", [qa, qb], dtype=(tl.float32,) * 8, is_pure=True, pack=1)
+        x0, x1, x2, x3, x4, x5, x6, x7 = _columns(x, K, 8)
         prod = (v0 * x0[None, :] + v1 * x1[None, :] + v2 * x2[None, :] + v3 * x3[None, :]
                 + v4 * (x4 * 256.0)[None, :] + v5 * (x5 * 256.0)[None, :] + v6 * (x6 * 256.0)[None, :]
                 + v7 * (x7 * 256.0)[None, :])
-        tl.store(OUT + t * R + rows, tl.sum(prod, 1) * s)
+        return tl.sum(prod, 1)
+    else:
+        q = tl.reshape(w, [R, K // 4])
+        if FORM == 1:
+            v0, v1, v2, v3 = _widen_bits(q)
+        else:
+            v0, v1, v2, v3 = tl.inline_asm_elementwise(BITS_ASM, "=r,=r,=r,=r,r", [q], dtype=(tl.float32,) * 4,
+                                                       is_pure=True, pack=1)
+        x0, x1, x2, x3 = _columns(x, K, 4)
+        return tl.sum(v0 * x0[None, :] + v1 * x1[None, :] + v2 * x2[None, :] + v3 * x3[None, :], 1) * 256.0
+
+
+@triton.jit
+def task_form(W, S, X, OUT, T, NT, FLAG, K: tl.constexpr, R: tl.constexpr, N: tl.constexpr, FORM: tl.constexpr,
+              SCALED: tl.constexpr, L1: tl.constexpr):
+    """Tile i of program p is (p + i * P) % NT: its N stream elements (bytes, halves or words) loaded before
+    a ready wait, as a kernel task's are, then _products in FORM; SCALED: times each row's scale, loaded
+    with the tile. L1: plain loads (the set is each program's own tile, reread from L1)."""
+    p = tl.program_id(0)
+    P = tl.num_programs(0)
+    rows = tl.arange(0, R)
+    i = 0
+    while i < T:        # (a while loop: the interpreter's range() refuses a scalar argument)
+        t = (p + i * P) % NT
+        i += 1
+        if L1:
+            w = tl.load(W + t.to(tl.int64) * N + tl.arange(0, N))
+        else:
+            w = tl.load(W + t.to(tl.int64) * N + tl.arange(0, N), eviction_policy="evict_first")
+        if SCALED:
+            s = tl.load(S + t * R + rows)
+        else:
+            s = 1.0
+        _ready_wait(FLAG)
+        x = tl.load(X + tl.arange(0, K)).to(tl.float32)
+        tl.store(OUT + t * R + rows, _products(w, x, R, K, FORM) * s)
 
 
 def quantized(nt, device):
@@ -276,26 +199,20 @@ def interpret_check():
     out = torch.full((nt * R8,), float("nan"))
     w = q8.view(torch.uint8).view(torch.int32)
     flag = torch.zeros(1, dtype=torch.int32)
-    int_form[(nt,)](w.view(-1), sc.reshape(-1), x, out, 1, nt, flag, K=K, R=R8, L1=0)
+    task_form[(nt,)](w.view(-1), sc.reshape(-1), x, out, 1, nt, flag, K=K, R=R8, N=R8 * K // 4, FORM=1, SCALED=1,
+                     L1=0)
     err = ((out - ref.reshape(-1)).abs().max() / ref.abs().max()).item()
     print(f"int form under the interpreter: max relative error {err:.2e} against torch ({nt} tiles)")
     assert err < 1e-5, err
 
 
-def kernels():
-    common = {"OUT": "*fp32", "T": "i32", "NT": "i32", "FLAG": "*i32"}
-    return [
-        ("cvt", cvt_form, {"W": "*fp8e4nv", "S": "*fp32", "X": "*fp16", **common, "K": "constexpr", "R": "constexpr",
-                           "SCALED": "constexpr", "L1": "constexpr"}, {"K": K, "R": R8, "SCALED": 1}),
-        ("int", int_form, {"W": "*i32", "S": "*fp32", "X": "*fp16", **common, "K": "constexpr", "R": "constexpr",
-                           "L1": "constexpr"}, {"K": K, "R": R8}),
-        ("asm", asm_form, {"W": "*i32", "S": "*fp32", "X": "*fp16", **common, "K": "constexpr", "R": "constexpr",
-                           "L1": "constexpr"}, {"K": K, "R": R8}),
-        ("mixed", mixed_form, {"W": "*i32", "S": "*fp32", "X": "*fp16", **common, "K": "constexpr", "R": "constexpr",
-                               "L1": "constexpr"}, {"K": K, "R": R8}),
-        ("fp16", cvt_form, {"W": "*fp16", "S": "*fp32", "X": "*fp16", **common, "K": "constexpr", "R": "constexpr",
-                            "SCALED": "constexpr", "L1": "constexpr"}, {"K": K, "R": R16, "SCALED": 0}),
-    ]
+FORMS = {"cvt": ("*fp8e4nv", R8, R8 * K, 0), "int": ("*i32", R8, R8 * K // 4, 1), "asm": ("*i32", R8, R8 * K // 4, 2),
+         "mixed": ("*i32", R8, R8 * K // 4, 3), "fp16": ("*fp16", R16, R16 * K, 0)}   # W's type, rows, N, FORM
+
+
+def constexprs(name):
+    _, r, n, form = FORMS[name]
+    return {"K": K, "R": r, "N": n, "FORM": form, "SCALED": int(name != "fp16")}
 
 
 def compile_only():
@@ -303,9 +220,12 @@ def compile_only():
     cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/cuobjdump")
     ops = ["F2FP", "HADD2.F32", "LOP3", "SHF", "PRMT", "IMAD", "FFMA", "FADD", "BAR", "STS", "LDS", "SHFL"]
     print(f"{'kernel':<6}{'regs':>6}{'spill B':>9}  SASS per tile: " + " ".join(ops))
-    for name, fn, sig, cx in kernels():
+    for name, (wty, *_) in FORMS.items():
+        sig = {"W": wty, "S": "*fp32", "X": "*fp16", "OUT": "*fp32", "T": "i32", "NT": "i32", "FLAG": "*i32",
+               **{c: "constexpr" for c in ("K", "R", "N", "FORM", "SCALED", "L1")}}
         aligned = {(j,): ALIGNED for j, ty in enumerate(sig.values()) if ty.startswith("*")}
-        k = compile_sm90(fn, sig, {**cx, "L1": 0}, dict(num_warps=4, num_stages=1), False, aligned)
+        k = compile_sm90(task_form, sig, {**constexprs(name), "L1": 0}, dict(num_warps=4, num_stages=1), False,
+                         aligned)
         regs, spill = _usage(k)
         with tempfile.TemporaryDirectory() as tmp:
             open(f"{tmp}/k.cubin", "wb").write(k.asm["cubin"])
@@ -334,16 +254,16 @@ def run(args):
     flag = torch.zeros(1, device=dev, dtype=torch.int32)
     rows = []
     for tiles_name in ("hbm", "l2", "l1"):
-        for name, fn, _, cx in kernels():
+        for name in FORMS:
             for P in args.programs:
                 NT = {"hbm": nt, "l2": args.l2_tiles, "l1": P}[tiles_name]
                 T = max(1, (nt if tiles_name == "hbm" else args.reads) // P)
-                a = {"cvt": (q8, sc, x), "int": (words, sc, x), "asm": (words, sc, x), "fp16": (w16, sc, x),
-                     "mixed": (words, sc, x)}[name]
+                a = {"cvt": q8, "fp16": w16}.get(name, words), sc, x
                 ref = ref16 if name == "fp16" else ref8
-                rpt = R16 if name == "fp16" else R8
+                cx = constexprs(name)
+                rpt = cx["R"]
                 L1 = int(tiles_name == "l1")
-                run1 = lambda: fn[(P,)](*a, out, T, NT, flag, num_warps=4, num_stages=1, L1=L1, **cx)
+                run1 = lambda: task_form[(P,)](*a, out, T, NT, flag, num_warps=4, num_stages=1, L1=L1, **cx)
                 out.fill_(float("nan"))
                 run1()
                 torch.cuda.synchronize()
