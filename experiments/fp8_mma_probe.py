@@ -198,23 +198,36 @@ def run(args):
                 ref = ref16 if name == "fp16" else ref8
                 rpt = R16 if name == "fp16" else R8
                 run1 = lambda: fn[(P,)](*a, out, T, NT, flag, num_warps=4, num_stages=1, **cx)
-                out.fill_(float("nan"))
-                run1()
-                torch.cuda.synchronize()
-                n_out = min(NT, P * T) * rpt
-                got, want = out[:n_out], ref[:n_out]
-                err = ((got - want).abs().max() / want.abs().max()).item()
-                us = median_launch_us(run1, args.warmup, args.iters)
-                row = dict(tiles=tiles_name, form=name, P=P, tiles_per_program=T, us=us,
-                           us_per_tile=us / T, GBps=P * T * 32768 / (us * 1e-6) / 1e9, rel_err=err)
-                rows.append(row)
-                print(json.dumps(row), flush=True)
-    print(f"{props.name}: 32 KB tiles (FP8 16 x {K}, fp16 8 x {K}); hbm: {nt} distinct tiles; l2: {args.l2_tiles} tiles reread")
+                rows.append(time_tiles(run1, out, ref, min(NT, P * T) * rpt, args, tiles=tiles_name, form=name,
+                                       P=P, tiles_per_program=T))
+    report(f"{props.name}: 32 KB tiles (FP8 16 x {K}, fp16 8 x {K}); hbm: {nt} distinct tiles; l2: {args.l2_tiles} "
+           "tiles reread", props.name, rows, args.out)
+
+
+def time_tiles(run1, out, ref, n_out, args, **row):
+    """One form's launch: its first n_out outputs (out NaN-filled first) against ref by max relative
+    error, then its median time; the row (with the caller's fields and tiles_per_program), also printed."""
+    import torch
+    out.fill_(float("nan"))
+    run1()
+    torch.cuda.synchronize()
+    got, want = out[:n_out], ref[:n_out]
+    err = ((got - want).abs().max() / want.abs().max()).item()
+    us = median_launch_us(run1, args.warmup, args.iters)
+    T, P = row["tiles_per_program"], row["P"]
+    row.update(us=us, us_per_tile=us / T, GBps=P * T * 32768 / (us * 1e-6) / 1e9, rel_err=err)
+    print(json.dumps(row), flush=True)
+    return row
+
+
+def report(title, device, rows, out):
+    """The rows as a table under title, and as JSON in `out` if given."""
+    print(title)
     print(f"{'tiles':<6}{'form':<6}{'P':>5}{'us/tile':>9}{'GB/s':>8}{'rel err':>10}")
     for r in rows:
         print(f"{r['tiles']:<6}{r['form']:<6}{r['P']:>5}{r['us_per_tile']:>9.3f}{r['GBps']:>8.0f}{r['rel_err']:>10.2e}")
-    if args.out:
-        json.dump(dict(device=props.name, rows=rows), open(args.out, "w"), indent=1)
+    if out:
+        json.dump(dict(device=device, rows=rows), open(out, "w"), indent=1)
 
 
 if __name__ == "__main__":

@@ -32,7 +32,6 @@ fp32) by max relative error; out is NaN-filled first.
     python experiments/fp8_unpack_probe.py --interpret      # no GPU: the int form against torch
 """
 import argparse
-import json
 import os
 import re
 import subprocess
@@ -46,7 +45,7 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from fp8_mma_probe import _ready_wait  # noqa: E402
+from fp8_mma_probe import _ready_wait, report, time_tiles  # noqa: E402
 
 K = 2048
 R8 = 16                   # FP8 rows per 32 KB tile
@@ -237,7 +236,6 @@ def compile_only():
 
 def run(args):
     import torch
-    from gluon_stream_probe import median_launch_us
     dev = torch.device("cuda")
     props = torch.cuda.get_device_properties(dev)
     torch.manual_seed(0)
@@ -264,24 +262,10 @@ def run(args):
                 rpt = cx["R"]
                 L1 = int(tiles_name == "l1")
                 run1 = lambda: task_form[(P,)](*a, out, T, NT, flag, num_warps=4, num_stages=1, L1=L1, **cx)
-                out.fill_(float("nan"))
-                run1()
-                torch.cuda.synchronize()
-                n_out = min(NT, P * T) * rpt
-                got, want = out[:n_out], ref[:n_out]
-                err = ((got - want).abs().max() / want.abs().max()).item()
-                us = median_launch_us(run1, args.warmup, args.iters)
-                row = dict(tiles=tiles_name, form=name, P=P, tiles_per_program=T, us=us, us_per_tile=us / T,
-                           GBps=P * T * 32768 / (us * 1e-6) / 1e9, rel_err=err)
-                rows.append(row)
-                print(json.dumps(row), flush=True)
-    print(f"{props.name}: 32 KB tiles (FP8 16 x {K}, fp16 8 x {K}); hbm: {nt} distinct tiles; l2: {args.l2_tiles} "
-          f"tiles reread; l1: each program its own tile")
-    print(f"{'tiles':<6}{'form':<6}{'P':>5}{'us/tile':>9}{'GB/s':>8}{'rel err':>10}")
-    for r in rows:
-        print(f"{r['tiles']:<6}{r['form']:<6}{r['P']:>5}{r['us_per_tile']:>9.3f}{r['GBps']:>8.0f}{r['rel_err']:>10.2e}")
-    if args.out:
-        json.dump(dict(device=props.name, rows=rows), open(args.out, "w"), indent=1)
+                rows.append(time_tiles(run1, out, ref, min(NT, P * T) * rpt, args, tiles=tiles_name, form=name,
+                                       P=P, tiles_per_program=T))
+    report(f"{props.name}: 32 KB tiles (FP8 16 x {K}, fp16 8 x {K}); hbm: {nt} distinct tiles; l2: {args.l2_tiles} "
+           "tiles reread; l1: each program its own tile", props.name, rows, args.out)
 
 
 if __name__ == "__main__":
