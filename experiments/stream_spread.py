@@ -14,10 +14,9 @@ from collections import defaultdict
 import numpy as np
 from kogc.analysis import stream
 from kogc.analysis.stamps import body_us, load_profiled
-from kogc.analysis.ranks import replay_ranks
+from kogc.analysis.ranks import replay_ranks, schedules_for
 from kogc.runtime.profile import kind_key
-from kogc.scheduler.ranks import build_rank_schedules
-from kogc.scheduler.schedule import build_schedule, context_scale
+from kogc.scheduler.schedule import context_scale
 from kogc.api import tile_config_for
 from kogc.frontend import to_ir
 from kogc.frontend.model_file import build_for_tracing
@@ -42,7 +41,7 @@ measured = {1: 1.363, 2: 0.898, 4: 0.699, 8: 0.572}
 orig = stream._body
 for form in sys.argv[2].split(","):
     for G in (1, 2, 4, 8):
-        sch = [build_schedule(graph, target, tile_config=cfg)] if G == 1 else build_rank_schedules(graph, G, target, tile_config=cfg)
+        sch = schedules_for(graph, G, target, cfg)
         params = stream.StreamParams(hbm_gbs=target.hbm_read_bw / 1e9)
         params.body_us.update(med)
         if form == "sampled":

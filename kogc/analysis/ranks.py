@@ -25,6 +25,13 @@ def replay_ranks(schedules, params: StreamParams, remote_us: float) -> float:
     return stream_replay(view, params, gpu_of, remote, remote_us, view.also)
 
 
+def schedules_for(graph, G: int, target, cfg) -> list:
+    """The schedules a step on G GPUs runs: one GPU's, or each rank's."""
+    if G == 1:
+        return [build_schedule(graph, target, tile_config=cfg)]
+    return build_rank_schedules(graph, G, target, tile_config=cfg)
+
+
 def predict(graph, target, cfg, gpus: list[int], params: StreamParams, remote_us: float,
             measured_one_gpu_ms: float | None = None, progress=None) -> list[dict]:
     """Per G in `gpus`: the modelled step (us, ms, tok/s), and with `measured_one_gpu_ms` the same
@@ -32,9 +39,7 @@ def predict(graph, target, cfg, gpus: list[int], params: StreamParams, remote_us
     params = dataclasses.replace(params, hbm_gbs=target.hbm_read_bw / 1e9)
 
     def step_us(G: int) -> float:
-        schedules = [build_schedule(graph, target, tile_config=cfg)] if G == 1 else \
-            build_rank_schedules(graph, G, target, tile_config=cfg)
-        return replay_ranks(schedules, params, remote_us)
+        return replay_ranks(schedules_for(graph, G, target, cfg), params, remote_us)
 
     steps = {}
     for G in gpus:
