@@ -8,7 +8,7 @@ import jinja2
 
 from ..fp8 import TRITON_TYPES
 from ..scheduler import Schedule
-from ..scheduler.tasks import stream_layout
+from ..scheduler.tasks import fp8_row_groups, stream_layout
 from ..scheduler.tile import ESIZE, heads_per_combine, next_pow2
 from ..scheduler import tasks as T
 
@@ -48,7 +48,8 @@ def render(schedule: Schedule, kernel_name: str = KERNEL_NAME, interpret: bool =
         npeer=schedule.ranks - 1, remote_bit=T.REMOTE_BIT,
         release_fence_asm="" if interpret else schedule.target.release_fence_asm,
         release_fence_sys_asm=schedule.target.release_fence_sys_asm,
-        volatile_loads=schedule.target.volatile_loads)
+        volatile_loads=schedule.target.volatile_loads, target_desc=schedule.target,
+        threads=schedule.target.num_warps * schedule.target.warp_size)
 
 
 def _pow2_divisor(values, cap: int = 16) -> int:
@@ -65,6 +66,8 @@ _ENV.filters["next_pow2"] = next_pow2
 _ENV.filters["heads_per_combine"] = lambda v: heads_per_combine(v[1], v[2])     # an attention variant's
 # a matvec variant's tile in the weight stream: (where its scales start, its length), from (R, K, esize, scaled)
 _ENV.filters["stream_layout"] = lambda v, esize, scaled: stream_layout(v[1], v[2], esize, bool(scaled))
+# a matvec variant's row groups in the stream: FP8 tiles' order (kogc.scheduler.tasks.fp8_row_groups), else 1
+_ENV.filters["row_groups"] = lambda v, scaled, target: fp8_row_groups(v[1], v[2], target) if scaled else 1
 TL_DTYPES = {"float32": "tl.float32", "float16": "tl.float16", "bfloat16": "tl.bfloat16"}
 
 

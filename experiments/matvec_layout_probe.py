@@ -1,0 +1,222 @@
+"""Probe (one H200): a matvec tile's rows owned by warps, so that its row sums need no cross-warp step.
+
+kogc loads a task's 32 KB tile flat (16 bytes a thread a load, consecutive threads on consecutive 16-byte
+chunks) and reshapes it to [R, K]: each thread then holds every row's values at 16 (FP8) or 8 (fp16) columns,
+and each row's sum runs through five shuffle levels and a cross-warp step in shared memory (stores, a barrier,
+loads), R times. FP8 tiles hold twice fp16's rows at the same bytes, so twice the reductions; the kernel's FP8
+products take 2.3-2.8x fp16's for twice the weights (docs/fp8.md), and the FP8 widening probe
+(`fp8_unpack_probe.py`) found a tile's time on an SM in proportion to its instructions.
+
+The grouped forms (`S` = 2 or 4 row groups) pack the tile's bytes in another order (at compile time, free):
+the same flat load leaves each group of 128 / S threads R / S whole rows and each thread R / S rows x
+S K / 128 columns. With S = 4 a group is a warp: a row's sum is the thread's own products, then five shuffle
+levels inside the warp, no shared memory; with S = 2 it crosses two warps. x is taken in the same column
+order (S K / 128 values a thread instead of 16 or 8: more registers). kogc streams FP8 tiles with S = 4
+(`kogc.scheduler.tasks.fp8_row_groups`). Each form is timed once a round, after a few seconds of matrix
+products (so that none is timed at idle clocks).
+
+    PYTHONPATH=. python experiments/matvec_layout_probe.py --out $OUT/matvec-layout.json
+    python experiments/matvec_layout_probe.py --compile-only   # no GPU: sm_90 registers, spills, SASS mix
+    python experiments/matvec_layout_probe.py --interpret      # no GPU: each form against torch
+"""
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+if "--interpret" in sys.argv:
+    os.environ["TRITON_INTERPRET"] = "1"      # before triton is imported: @triton.jit reads it
+
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from fp8_mma_probe import _ready_wait, report, time_tiles  # noqa: E402
+
+K = 2048
+THREADS = tl.constexpr(128)     # 4 warps
+
+
+@triton.jit
+def _products(w, x, R: tl.constexpr, K: tl.constexpr, V: tl.constexpr, S: tl.constexpr):
+    """The rows' sums of one tile (unscaled), in the order of `pack` below: S groups of 128 / S threads,
+    group s = t // (128 / S) owning rows (R / S) s + b, its thread u = t % (128 / S) columns
+    c u + V a + j (c = S K / 128 of them) of chunk i = A b + a. S = 1: kogc's order, the tile reshaped to
+    [R, K] (every thread a part of every row: the sums cross warps); S = 4 gives each warp whole rows."""
+    if S == 1:
+        return tl.sum(tl.reshape(w, [R, K]).to(tl.float32) * x[None, :], 1)
+    else:
+        RB: tl.constexpr = R // S
+        U: tl.constexpr = THREADS // S
+        A: tl.constexpr = K // (U * V)
+        w5 = tl.reshape(w, [RB, A, S, U, V]).to(tl.float32)
+        x3 = tl.permute(tl.reshape(x, [U, A, V]), [1, 0, 2])
+        part = tl.sum(tl.sum(w5 * x3[None, :, None, :, :], 4), 1)      # [RB, S, U]: a thread's own sums
+        sums = tl.sum(part, 2)                                           # [RB, S]: inside each group
+        return tl.reshape(tl.permute(sums, [1, 0]), [R])
+
+
+@triton.jit
+def task_form(W, SC, X, OUT, T, NT, FLAG, K: tl.constexpr, R: tl.constexpr, V: tl.constexpr,
+              S: tl.constexpr, SCALED: tl.constexpr):
+    """Tile i of program p is (p + i * P) % NT: loaded flat before a ready wait, as a kernel task's is, then
+    _products; SCALED (FP8): times each row's scale, loaded with the tile."""
+    p = tl.program_id(0)
+    P = tl.num_programs(0)
+    rows = tl.arange(0, R)
+    N: tl.constexpr = R * K
+    i = 0
+    while i < T:        # (a while loop: the interpreter's range() refuses a scalar argument)
+        t = (p + i * P) % NT
+        i += 1
+        w = tl.load(W + t.to(tl.int64) * N + tl.arange(0, N), eviction_policy="evict_first")
+        if SCALED:
+            s = tl.load(SC + t * R + rows)
+        else:
+            s = 1.0
+        _ready_wait(FLAG)
+        x = tl.load(X + tl.arange(0, K)).to(tl.float32)
+        tl.store(OUT + t * R + rows, _products(w, x, R, K, V, S) * s)
+
+
+def pack(tiles, V: int, S: int):
+    """[NT, R, K] tiles in the order of S groups (each flattened): element ((R / S) s + b, c u + V a + j) at
+    (128 V) (A b + a) + V ((128 / S) s + u) + j. S = 1: kogc's order, the tiles as they are."""
+    nt, r, k = tiles.shape
+    if S == 1:
+        return tiles.reshape(nt, r * k).contiguous()
+    u = THREADS.value // S
+    a = k // (u * V)
+    return tiles.reshape(nt, S, r // S, u, a, V).permute(0, 2, 4, 1, 3, 5).reshape(nt, r * k).contiguous()
+
+
+FORMS = {   # name: (W's type, rows R, elements a chunk V, row groups S, SCALED)
+    "fp8_s1": ("*fp8e4nv", 16, 16, 1, 1), "fp8_s2": ("*fp8e4nv", 16, 16, 2, 1), "fp8_s4": ("*fp8e4nv", 16, 16, 4, 1),
+    "fp16_s1": ("*fp16", 8, 8, 1, 0), "fp16_s2": ("*fp16", 8, 8, 2, 0), "fp16_s4": ("*fp16", 8, 8, 4, 0)}
+
+
+def constexprs(name):
+    _, r, v, s, sc = FORMS[name]
+    return {"K": K, "R": r, "V": v, "S": s, "SCALED": sc}
+
+
+def tiles_for(name, nt, device):
+    """Random tiles of the form's format, the stream as the form reads it, row scales and the fp32 weights."""
+    import torch
+    _, r, v, groups, sc = FORMS[name]
+    if sc:
+        wf = torch.randn(nt, r, K, device=device) * 0.05
+        scale = wf.abs().amax(2) / 448.0
+        q = (wf / scale[:, :, None]).to(torch.float8_e4m3fn)
+        deq = q.float() * scale[:, :, None]
+    else:
+        q = torch.randn(nt, r, K, device=device, dtype=torch.float16)
+        scale = torch.ones(nt, r, device=device)
+        deq = q.float()
+    stream = pack(q.view(torch.uint8) if sc else q, v, groups)
+    if sc:
+        stream = stream.view(torch.float8_e4m3fn)
+    return stream.reshape(-1), scale.reshape(-1), deq
+
+
+def interpret_check():
+    import torch
+    torch.manual_seed(0)
+    nt = 3
+    flag = torch.zeros(1, dtype=torch.int32)
+    for name in FORMS:
+        stream, scale, deq = tiles_for(name, nt, "cpu")
+        x = torch.randn(K, dtype=torch.float16)
+        ref = (deq @ x.float()).reshape(-1)
+        out = torch.full((ref.numel(),), float("nan"))
+        task_form[(nt,)](stream, scale, x, out, 1, nt, flag, **constexprs(name))
+        err = ((out - ref).abs().max() / ref.abs().max()).item()
+        print(f"{name:<16} under the interpreter: max relative error {err:.2e} against torch ({nt} tiles)")
+        assert err < 1e-5, (name, err)
+
+
+def compile_only():
+    from gluon_stream_probe import ALIGNED, _usage, compile_sm90
+    cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/cuobjdump")
+    ops = ["F2FP", "HADD2.F32", "FFMA", "FADD", "FMUL", "SHFL", "BAR", "STS", "LDS", "LDG", "PRMT"]
+    print(f"{'kernel':<16}{'regs':>6}{'spill B':>9}  SASS: " + " ".join(ops))
+    for name, (wty, *_) in FORMS.items():
+        sig = {"W": wty, "SC": "*fp32", "X": "*fp16", "OUT": "*fp32", "T": "i32", "NT": "i32", "FLAG": "*i32",
+               **{c: "constexpr" for c in ("K", "R", "V", "S", "SCALED")}}
+        aligned = {(j,): ALIGNED for j, ty in enumerate(sig.values()) if ty.startswith("*")}
+        k = compile_sm90(task_form, sig, constexprs(name), dict(num_warps=4, num_stages=1), False, aligned)
+        regs, spill = _usage(k)
+        with tempfile.TemporaryDirectory() as tmp:
+            open(f"{tmp}/k.cubin", "wb").write(k.asm["cubin"])
+            sass = subprocess.run([cuobjdump, "-sass", f"{tmp}/k.cubin"], capture_output=True, text=True).stdout
+        ins = re.findall(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9_.]+)", sass)
+        counts = [sum(1 for i in ins if i == op or i.startswith(op + ".")) for op in ops]
+        print(f"{name:<16}{regs!s:>6}{spill!s:>9}  " + " ".join(f"{c}" for c in counts) + f"  ({len(ins)} in all)")
+
+
+def warm_up(seconds: float):
+    """Busy the GPU for `seconds` (matrix products), so that the first form is not timed at idle clocks."""
+    import time
+    import torch
+    a = torch.randn(8192, 8192, device="cuda", dtype=torch.float16)
+    end = time.time() + seconds
+    while time.time() < end:
+        for _ in range(10):
+            a @ a
+        torch.cuda.synchronize()
+
+
+def run(args):
+    import torch
+    dev = torch.device("cuda")
+    props = torch.cuda.get_device_properties(dev)
+    torch.manual_seed(0)
+    nt = args.gib * (1 << 30) // (32 * 1024)
+    x = torch.randn(K, device=dev, dtype=torch.float16)
+    flag = torch.zeros(1, device=dev, dtype=torch.int32)
+    data = {}
+    for name in FORMS:
+        stream, scale, deq = tiles_for(name, nt, dev)
+        ref = torch.cat([blk @ x.float() for blk in deq.split(4096)]).reshape(-1)
+        del deq
+        data[name] = stream, scale, ref, torch.empty(ref.numel(), device=dev, dtype=torch.float32)
+    warm_up(args.warm_s)
+    rows = []
+    for rnd in range(args.rounds):       # every form once a round: drift in clocks spreads over all of them
+        for tiles_name in ("hbm", "l2"):
+            for P in args.programs:
+                for name in FORMS:
+                    stream, scale, ref, out = data[name]
+                    cx = constexprs(name)
+                    NT = nt if tiles_name == "hbm" else args.l2_tiles
+                    T = max(1, (nt if tiles_name == "hbm" else args.reads) // P)
+                    run1 = lambda: task_form[(P,)](stream, scale, x, out, T, NT, flag, num_warps=4, num_stages=1,
+                                                   **cx)
+                    rows.append(time_tiles(run1, out, ref, min(NT, P * T) * cx["R"], args, tiles=tiles_name,
+                                           form=name, P=P, tiles_per_program=T, round=rnd))
+    report(f"{props.name}: 32 KB tiles (FP8 16 x {K}, fp16 8 x {K}); hbm: {nt} distinct tiles; l2: {args.l2_tiles} "
+           f"tiles reread; {args.rounds} rounds", props.name, rows, args.out)
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--compile-only", action="store_true")
+    ap.add_argument("--interpret", action="store_true")
+    ap.add_argument("--gib", type=int, default=1)
+    ap.add_argument("--l2-tiles", type=int, default=256, help="tiles of the L2-resident set (8 MB)")
+    ap.add_argument("--reads", type=int, default=32768, help="tiles read per launch from the l2 set")
+    ap.add_argument("--programs", type=int, nargs="+", default=[132, 396])
+    ap.add_argument("--warm-s", type=float, default=2.0, help="seconds of matrix products before timing")
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--iters", type=int, default=7)
+    a = ap.parse_args()
+    if a.compile_only:
+        compile_only()
+    elif a.interpret:
+        interpret_check()
+    else:
+        run(a)
