@@ -92,33 +92,49 @@ def pack(tiles, V: int, S: int):
     return tiles.reshape(nt, S, r // S, u, a, V).permute(0, 2, 4, 1, 3, 5).reshape(nt, r * k).contiguous()
 
 
-FORMS = {   # name: (W's type, rows R, elements a chunk V, row groups S, SCALED)
-    "fp8_s1": ("*fp8e4nv", 16, 16, 1, 1), "fp8_s2": ("*fp8e4nv", 16, 16, 2, 1), "fp8_s4": ("*fp8e4nv", 16, 16, 4, 1),
-    "fp16_s1": ("*fp16", 8, 8, 1, 0), "fp16_s2": ("*fp16", 8, 8, 2, 0), "fp16_s4": ("*fp16", 8, 8, 4, 0)}
+TYPES = {"fp8": ("*fp8e4nv", 1), "fp16": ("*fp16", 2)}     # W's type, bytes an element
+
+
+def forms(fmts=("fp8", "fp16"), cols=(K,), groups=(1, 2, 4)) -> dict:
+    """name -> (W's type, rows R, columns K, elements a 16-byte chunk V, row groups S, SCALED) for 32 KB tiles;
+    a grouping that gives no thread whole chunks of its rows is left out (S = 1, the plain order, always fits)."""
+    out = {}
+    for f in fmts:
+        wty, esize = TYPES[f]
+        for k in cols:
+            r, v = 32768 // (k * esize), 16 // esize
+            for g in groups:
+                if g == 1 or (r % g == 0 and k % (THREADS.value // g * v) == 0):
+                    name = f"{f}_s{g}" if len(cols) == 1 else f"{f}_{r}x{k}_s{g}"
+                    out[name] = (wty, r, k, v, g, int(f == "fp8"))
+    return out
+
+
+FORMS = forms()
 
 
 def constexprs(name):
-    _, r, v, s, sc = FORMS[name]
-    return {"K": K, "R": r, "V": v, "S": s, "SCALED": sc}
+    _, r, k, v, s, sc = FORMS[name]
+    return {"K": k, "R": r, "V": v, "S": s, "SCALED": sc}
 
 
 def tiles_for(name, nt, device):
-    """Random tiles of the form's format, the stream as the form reads it, row scales and the fp32 weights."""
+    """Random tiles of the form's format, the stream as the form reads it, row scales, the fp32 weights and x."""
     import torch
-    _, r, v, groups, sc = FORMS[name]
+    _, r, k, v, groups, sc = FORMS[name]
     if sc:
-        wf = torch.randn(nt, r, K, device=device) * 0.05
+        wf = torch.randn(nt, r, k, device=device) * 0.05
         scale = wf.abs().amax(2) / 448.0
         q = (wf / scale[:, :, None]).to(torch.float8_e4m3fn)
         deq = q.float() * scale[:, :, None]
     else:
-        q = torch.randn(nt, r, K, device=device, dtype=torch.float16)
+        q = torch.randn(nt, r, k, device=device, dtype=torch.float16)
         scale = torch.ones(nt, r, device=device)
         deq = q.float()
     stream = pack(q.view(torch.uint8) if sc else q, v, groups)
     if sc:
         stream = stream.view(torch.float8_e4m3fn)
-    return stream.reshape(-1), scale.reshape(-1), deq
+    return stream.reshape(-1), scale.reshape(-1), deq, torch.randn(k, device=device, dtype=torch.float16)
 
 
 def interpret_check():
@@ -127,8 +143,7 @@ def interpret_check():
     nt = 3
     flag = torch.zeros(1, dtype=torch.int32)
     for name in FORMS:
-        stream, scale, deq = tiles_for(name, nt, "cpu")
-        x = torch.randn(K, dtype=torch.float16)
+        stream, scale, deq, x = tiles_for(name, nt, "cpu")
         ref = (deq @ x.float()).reshape(-1)
         out = torch.full((ref.numel(),), float("nan"))
         task_form[(nt,)](stream, scale, x, out, 1, nt, flag, **constexprs(name))
@@ -174,21 +189,20 @@ def run(args):
     props = torch.cuda.get_device_properties(dev)
     torch.manual_seed(0)
     nt = args.gib * (1 << 30) // (32 * 1024)
-    x = torch.randn(K, device=dev, dtype=torch.float16)
     flag = torch.zeros(1, device=dev, dtype=torch.int32)
     data = {}
     for name in FORMS:
-        stream, scale, deq = tiles_for(name, nt, dev)
+        stream, scale, deq, x = tiles_for(name, nt, dev)
         ref = torch.cat([blk @ x.float() for blk in deq.split(4096)]).reshape(-1)
         del deq
-        data[name] = stream, scale, ref, torch.empty(ref.numel(), device=dev, dtype=torch.float32)
+        data[name] = stream, scale, x, ref, torch.empty(ref.numel(), device=dev, dtype=torch.float32)
     warm_up(args.warm_s)
     rows = []
     for rnd in range(args.rounds):       # every form once a round: drift in clocks spreads over all of them
         for tiles_name in ("hbm", "l2"):
             for P in args.programs:
                 for name in FORMS:
-                    stream, scale, ref, out = data[name]
+                    stream, scale, x, ref, out = data[name]
                     cx = constexprs(name)
                     NT = nt if tiles_name == "hbm" else args.l2_tiles
                     T = max(1, (nt if tiles_name == "hbm" else args.reads) // P)
@@ -196,8 +210,8 @@ def run(args):
                                                    **cx)
                     rows.append(time_tiles(run1, out, ref, min(NT, P * T) * cx["R"], args, tiles=tiles_name,
                                            form=name, P=P, tiles_per_program=T, round=rnd))
-    report(f"{props.name}: 32 KB tiles (FP8 16 x {K}, fp16 8 x {K}); hbm: {nt} distinct tiles; l2: {args.l2_tiles} "
-           f"tiles reread; {args.rounds} rounds", props.name, rows, args.out)
+    report(f"{props.name}: 32 KB tiles; hbm: {nt} distinct tiles; l2: {args.l2_tiles} tiles reread; {args.rounds} rounds",
+           props.name, rows, args.out)
 
 
 if __name__ == "__main__":
@@ -213,7 +227,11 @@ if __name__ == "__main__":
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--iters", type=int, default=7)
+    ap.add_argument("--formats", nargs="+", default=["fp8", "fp16"], choices=sorted(TYPES))
+    ap.add_argument("--cols", type=int, nargs="+", default=[K], help="columns K of the tiles (rows: 32 KB of them)")
+    ap.add_argument("--groups", type=int, nargs="+", default=[1, 2, 4], help="row groups S (1: kogc's plain order)")
     a = ap.parse_args()
+    FORMS = forms(a.formats, a.cols, a.groups)
     if a.compile_only:
         compile_only()
     elif a.interpret:
