@@ -188,7 +188,7 @@ def run(args):
     for tiles_name, NT in (("hbm", nt), ("l2", args.l2_tiles)):
         for name, fn, _, cx in kernels():
             for P in args.programs:
-                T = max(1, (nt if tiles_name == "hbm" else args.l2_reads) // P)
+                T = max(1, (nt if tiles_name == "hbm" else args.reads) // P)
                 if name == "ffma":
                     a = (q8, sc, x)
                 elif name == "mma":
@@ -220,6 +220,20 @@ def time_tiles(run1, out, ref, n_out, args, **row):
     return row
 
 
+def tile_probe_args(doc: str, reads_help: str = "tiles read per launch from the l2 set") -> argparse.ArgumentParser:
+    """The options every tile probe takes: where the JSON goes, the sizes, the programs, the timing."""
+    ap = argparse.ArgumentParser(description=doc.split("\n")[0])
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--compile-only", action="store_true")
+    ap.add_argument("--gib", type=int, default=1)
+    ap.add_argument("--l2-tiles", type=int, default=256, help="tiles of the L2-resident set (8 MB)")
+    ap.add_argument("--reads", type=int, default=32768, help=reads_help)
+    ap.add_argument("--programs", type=int, nargs="+", default=[132, 396])
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--iters", type=int, default=7)
+    return ap
+
+
 def report(title, device, rows, out):
     """The rows as a table under title, and as JSON in `out` if given."""
     print(title)
@@ -231,14 +245,5 @@ def report(title, device, rows, out):
 
 
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", default=None)
-    ap.add_argument("--compile-only", action="store_true")
-    ap.add_argument("--gib", type=int, default=1)
-    ap.add_argument("--l2-tiles", type=int, default=256, help="tiles of the L2-resident set (8 MB)")
-    ap.add_argument("--l2-reads", type=int, default=32768, help="tiles read from the L2 set per launch")
-    ap.add_argument("--programs", type=int, nargs="+", default=[132, 396])
-    ap.add_argument("--warmup", type=int, default=2)
-    ap.add_argument("--iters", type=int, default=7)
-    a = ap.parse_args()
+    a = tile_probe_args(__doc__).parse_args()
     compile_only() if a.compile_only else run(a)

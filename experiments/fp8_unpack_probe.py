@@ -31,12 +31,8 @@ fp32) by max relative error; out is NaN-filled first.
     python experiments/fp8_unpack_probe.py --compile-only   # no GPU: sm_90 registers, spills, SASS mix
     python experiments/fp8_unpack_probe.py --interpret      # no GPU: the int form against torch
 """
-import argparse
 import os
-import re
-import subprocess
 import sys
-import tempfile
 
 if "--interpret" in sys.argv:
     os.environ["TRITON_INTERPRET"] = "1"      # before triton is imported: @triton.jit reads it
@@ -45,7 +41,7 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from fp8_mma_probe import _ready_wait, report, time_tiles  # noqa: E402
+from fp8_mma_probe import _ready_wait, report, tile_probe_args, time_tiles  # noqa: E402
 
 K = 2048
 R8 = 16                   # FP8 rows per 32 KB tile
@@ -215,23 +211,14 @@ def constexprs(name):
 
 
 def compile_only():
-    from gluon_stream_probe import ALIGNED, _usage, compile_sm90
-    cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/cuobjdump")
+    from gluon_stream_probe import print_sass_mix
     ops = ["F2FP", "HADD2.F32", "LOP3", "SHF", "PRMT", "IMAD", "FFMA", "FADD", "BAR", "STS", "LDS", "SHFL"]
-    print(f"{'kernel':<6}{'regs':>6}{'spill B':>9}  SASS per tile: " + " ".join(ops))
+    rows = []
     for name, (wty, *_) in FORMS.items():
         sig = {"W": wty, "S": "*fp32", "X": "*fp16", "OUT": "*fp32", "T": "i32", "NT": "i32", "FLAG": "*i32",
                **{c: "constexpr" for c in ("K", "R", "N", "FORM", "SCALED", "L1")}}
-        aligned = {(j,): ALIGNED for j, ty in enumerate(sig.values()) if ty.startswith("*")}
-        k = compile_sm90(task_form, sig, {**constexprs(name), "L1": 0}, dict(num_warps=4, num_stages=1), False,
-                         aligned)
-        regs, spill = _usage(k)
-        with tempfile.TemporaryDirectory() as tmp:
-            open(f"{tmp}/k.cubin", "wb").write(k.asm["cubin"])
-            sass = subprocess.run([cuobjdump, "-sass", f"{tmp}/k.cubin"], capture_output=True, text=True).stdout
-        ins = re.findall(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9_.]+)", sass)
-        counts = [sum(1 for i in ins if i == op or i.startswith(op + ".")) for op in ops]
-        print(f"{name:<6}{regs!s:>6}{spill!s:>9}  " + " ".join(f"{c}" for c in counts) + f"  ({len(ins)} in all)")
+        rows.append((name, task_form, sig, {**constexprs(name), "L1": 0}))
+    print_sass_mix(rows, ops)
 
 
 def run(args):
@@ -269,16 +256,8 @@ def run(args):
 
 
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", default=None)
-    ap.add_argument("--compile-only", action="store_true")
+    ap = tile_probe_args(__doc__, "tiles read per launch from the l2 and l1 sets")
     ap.add_argument("--interpret", action="store_true")
-    ap.add_argument("--gib", type=int, default=1)
-    ap.add_argument("--l2-tiles", type=int, default=256, help="tiles of the L2-resident set (8 MB)")
-    ap.add_argument("--reads", type=int, default=32768, help="tiles read per launch from the l2 and l1 sets")
-    ap.add_argument("--programs", type=int, nargs="+", default=[132, 396])
-    ap.add_argument("--warmup", type=int, default=2)
-    ap.add_argument("--iters", type=int, default=7)
     a = ap.parse_args()
     if a.compile_only:
         compile_only()

@@ -216,6 +216,30 @@ def _usage(k):
     return u.get("registers"), spill
 
 
+def sass_mix(fn, sig: dict, constexprs: dict, ops: list[str], num_warps: int = 4) -> tuple:
+    """A Triton kernel compiled for sm_90 (pointer arguments 16-byte aligned): its registers, spill bytes, the
+    count of each SASS opcode in `ops` (with its variants, e.g. HADD2.F32) and of all instructions."""
+    import os
+    import subprocess
+    k = compile_sm90(fn, sig, constexprs, dict(num_warps=num_warps, num_stages=1), False,
+                     {(j,): ALIGNED for j, ty in enumerate(sig.values()) if ty.startswith("*")})
+    regs, spill = _usage(k)
+    cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/cuobjdump")
+    with tempfile.TemporaryDirectory() as tmp:
+        open(f"{tmp}/k.cubin", "wb").write(k.asm["cubin"])
+        sass = subprocess.run([cuobjdump, "-sass", f"{tmp}/k.cubin"], capture_output=True, text=True).stdout
+    ins = re.findall(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9_.]+)", sass)
+    return regs, spill, [sum(1 for i in ins if i == op or i.startswith(op + ".")) for op in ops], len(ins)
+
+
+def print_sass_mix(rows: list, ops: list[str]):
+    """A table of (name, kernel, signature, constexprs) compiled by sass_mix."""
+    print(f"{'kernel':<16}{'regs':>6}{'spill B':>9}  SASS: " + " ".join(ops))
+    for name, fn, sig, cx in rows:
+        regs, spill, counts, n = sass_mix(fn, sig, cx, ops)
+        print(f"{name:<16}{regs!s:>6}{spill!s:>9}  " + " ".join(f"{c}" for c in counts) + f"  ({n} in all)")
+
+
 def compile_only(stages):
     # regs: what ptxas allots a thread at launch (for Gluon the maxnreg cap); partition regs: what
     # setmaxnreg moves the compute / loader warpgroups to. TMA copies, cp.async: static PTX counts.

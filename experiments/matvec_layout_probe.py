@@ -19,12 +19,8 @@ products (so that none is timed at idle clocks).
     python experiments/matvec_layout_probe.py --compile-only   # no GPU: sm_90 registers, spills, SASS mix
     python experiments/matvec_layout_probe.py --interpret      # no GPU: each form against torch
 """
-import argparse
 import os
-import re
-import subprocess
 import sys
-import tempfile
 
 if "--interpret" in sys.argv:
     os.environ["TRITON_INTERPRET"] = "1"      # before triton is imported: @triton.jit reads it
@@ -33,7 +29,7 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from fp8_mma_probe import _ready_wait, report, time_tiles  # noqa: E402
+from fp8_mma_probe import _ready_wait, report, tile_probe_args, time_tiles  # noqa: E402
 
 K = 2048
 THREADS = tl.constexpr(128)     # 4 warps
@@ -153,22 +149,14 @@ def interpret_check():
 
 
 def compile_only():
-    from gluon_stream_probe import ALIGNED, _usage, compile_sm90
-    cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/cuobjdump")
+    from gluon_stream_probe import print_sass_mix
     ops = ["F2FP", "HADD2.F32", "FFMA", "FADD", "FMUL", "SHFL", "BAR", "STS", "LDS", "LDG", "PRMT"]
-    print(f"{'kernel':<16}{'regs':>6}{'spill B':>9}  SASS: " + " ".join(ops))
+    rows = []
     for name, (wty, *_) in FORMS.items():
         sig = {"W": wty, "SC": "*fp32", "X": "*fp16", "OUT": "*fp32", "T": "i32", "NT": "i32", "FLAG": "*i32",
                **{c: "constexpr" for c in ("K", "R", "V", "S", "SCALED")}}
-        aligned = {(j,): ALIGNED for j, ty in enumerate(sig.values()) if ty.startswith("*")}
-        k = compile_sm90(task_form, sig, constexprs(name), dict(num_warps=4, num_stages=1), False, aligned)
-        regs, spill = _usage(k)
-        with tempfile.TemporaryDirectory() as tmp:
-            open(f"{tmp}/k.cubin", "wb").write(k.asm["cubin"])
-            sass = subprocess.run([cuobjdump, "-sass", f"{tmp}/k.cubin"], capture_output=True, text=True).stdout
-        ins = re.findall(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9_.]+)", sass)
-        counts = [sum(1 for i in ins if i == op or i.startswith(op + ".")) for op in ops]
-        print(f"{name:<16}{regs!s:>6}{spill!s:>9}  " + " ".join(f"{c}" for c in counts) + f"  ({len(ins)} in all)")
+        rows.append((name, task_form, sig, constexprs(name)))
+    print_sass_mix(rows, ops)
 
 
 def warm_up(seconds: float):
@@ -215,18 +203,10 @@ def run(args):
 
 
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", default=None)
-    ap.add_argument("--compile-only", action="store_true")
+    ap = tile_probe_args(__doc__)
     ap.add_argument("--interpret", action="store_true")
-    ap.add_argument("--gib", type=int, default=1)
-    ap.add_argument("--l2-tiles", type=int, default=256, help="tiles of the L2-resident set (8 MB)")
-    ap.add_argument("--reads", type=int, default=32768, help="tiles read per launch from the l2 set")
-    ap.add_argument("--programs", type=int, nargs="+", default=[132, 396])
     ap.add_argument("--warm-s", type=float, default=2.0, help="seconds of matrix products before timing")
     ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--warmup", type=int, default=2)
-    ap.add_argument("--iters", type=int, default=7)
     ap.add_argument("--formats", nargs="+", default=["fp8", "fp16"], choices=sorted(TYPES))
     ap.add_argument("--cols", type=int, nargs="+", default=[K], help="columns K of the tiles (rows: 32 KB of them)")
     ap.add_argument("--groups", type=int, nargs="+", default=[1, 2, 4], help="row groups S (1: kogc's plain order)")

@@ -23,18 +23,14 @@ and the warps (one step through shared memory for 8 values), divided by 16. Form
     python experiments/mma_matvec_probe.py --emulate           # no GPU: the mma form's fragments, in torch
 (The interpreter has no inline assembly: --emulate checks the layout, the GPU run the kernel.)
 """
-import argparse
 import os
-import re
-import subprocess
 import sys
-import tempfile
 
 import triton
 import triton.language as tl
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from fp8_mma_probe import _ready_wait, report, time_tiles  # noqa: E402
+from fp8_mma_probe import _ready_wait, report, tile_probe_args, time_tiles  # noqa: E402
 from matvec_layout_probe import warm_up  # noqa: E402
 
 K = 2048
@@ -80,6 +76,13 @@ def _words(P, base, s: tl.constexpr, C: tl.constexpr, G: tl.constexpr):
 
 
 @triton.jit
+def _tile_words(W, t, C: tl.constexpr, G: tl.constexpr):
+    """Tile t's words as G = 4 tensors, the s-th holding each thread's loads s, s + G, ... (_words)."""
+    base = t.to(tl.int64) * (C * 512)
+    return _words(W, base, 0, C, G), _words(W, base, 1, C, G), _words(W, base, 2, C, G), _words(W, base, 3, C, G)
+
+
+@triton.jit
 def _xwords(X, s: tl.constexpr, C: tl.constexpr, G: tl.constexpr):
     """x's words for loads s and s + 1 of each G (B's two registers each): for load c, thread 32 w + 4 g + q reads
     words 16 (16 w + c) + 4 q + 2 (g % 2) + 0, 1 (g = 0: row g's columns of A, g = 1: row g + 8's; the other
@@ -105,11 +108,7 @@ def mma(W, X, OUT, T, NT, FLAG, C: tl.constexpr, G: tl.constexpr):
     while j < T:
         t = (p + j * P) % NT
         j += 1
-        base = t.to(tl.int64) * (C * 512)
-        w0 = _words(W, base, 0, C, G)
-        w1 = _words(W, base, 1, C, G)
-        w2 = _words(W, base, 2, C, G)
-        w3 = _words(W, base, 3, C, G)
+        w0, w1, w2, w3 = _tile_words(W, t, C, G)
         _ready_wait(FLAG)
         x01 = _xwords(X, 0, C, G)
         x23 = _xwords(X, 2, C, G)
@@ -173,11 +172,7 @@ def mma_fp8(W, S, X, OUT, T, NT, FLAG, C: tl.constexpr, G: tl.constexpr):
     while j < T:
         t = (p + j * P) % NT
         j += 1
-        base = t.to(tl.int64) * (C * 512)
-        w0 = _words(W, base, 0, C, G)
-        w1 = _words(W, base, 1, C, G)
-        w2 = _words(W, base, 2, C, G)
-        w3 = _words(W, base, 3, C, G)
+        w0, w1, w2, w3 = _tile_words(W, t, C, G)
         sc = tl.load(S + t * 16 + r16)
         _ready_wait(FLAG)
         x0 = _xwords8(X, 0, C, G)
@@ -281,20 +276,8 @@ def kernels():
 
 
 def compile_only():
-    from gluon_stream_probe import ALIGNED, _usage, compile_sm90
-    cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/cuobjdump")
-    ops = ["HMMA", "F2FP", "HADD2.F32", "FFMA", "FADD", "SHFL", "BAR", "STS", "LDS", "LDG"]
-    print(f"{'kernel':<10}{'regs':>6}{'spill B':>9}  SASS: " + " ".join(ops))
-    for name, fn, sig, cx in kernels():
-        aligned = {(j,): ALIGNED for j, ty in enumerate(sig.values()) if ty.startswith("*")}
-        k = compile_sm90(fn, sig, cx, dict(num_warps=4, num_stages=1), False, aligned)
-        regs, spill = _usage(k)
-        with tempfile.TemporaryDirectory() as tmp:
-            open(f"{tmp}/k.cubin", "wb").write(k.asm["cubin"])
-            sass = subprocess.run([cuobjdump, "-sass", f"{tmp}/k.cubin"], capture_output=True, text=True).stdout
-        ins = re.findall(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9_.]+)", sass)
-        counts = [sum(1 for i in ins if i == op or i.startswith(op + ".")) for op in ops]
-        print(f"{name:<10}{regs!s:>6}{spill!s:>9}  " + " ".join(f"{c}" for c in counts) + f"  ({len(ins)} in all)")
+    from gluon_stream_probe import print_sass_mix
+    print_sass_mix(kernels(), ["HMMA", "F2FP", "HADD2.F32", "FFMA", "FADD", "SHFL", "BAR", "STS", "LDS", "LDG"])
 
 
 def run(args):
@@ -335,18 +318,10 @@ def run(args):
 
 
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", default=None)
-    ap.add_argument("--compile-only", action="store_true")
-    ap.add_argument("--emulate", action="store_true", help="no GPU: the mma form's fragments emulated")
-    ap.add_argument("--gib", type=int, default=1)
-    ap.add_argument("--l2-tiles", type=int, default=256, help="tiles of the L2-resident set (8 MB)")
-    ap.add_argument("--reads", type=int, default=32768, help="tiles read per launch from the l2 set")
-    ap.add_argument("--programs", type=int, nargs="+", default=[132, 396])
-    ap.add_argument("--warm-s", type=float, default=2.0)
+    ap = tile_probe_args(__doc__)
+    ap.add_argument("--emulate", action="store_true", help="no GPU: the mma forms' fragments emulated")
+    ap.add_argument("--warm-s", type=float, default=2.0, help="seconds of matrix products before timing")
     ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--warmup", type=int, default=2)
-    ap.add_argument("--iters", type=int, default=7)
     a = ap.parse_args()
     if a.compile_only:
         compile_only()
