@@ -41,7 +41,7 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from fp8_mma_probe import _ready_wait, report, tile_probe_args, time_tiles  # noqa: E402
+from fp8_mma_probe import _ready_wait, report, tile_probe_args, time_tiles, warm_up  # noqa: E402
 
 K = 2048
 R8 = 16                   # FP8 rows per 32 KB tile
@@ -237,6 +237,7 @@ def run(args):
     words = q8.view(torch.uint8).reshape(-1).view(torch.int32)
     out = torch.empty(nt * R8, device=dev, dtype=torch.float32)
     flag = torch.zeros(1, device=dev, dtype=torch.int32)
+    warm_up(args.warm_s)
     rows = []
     for tiles_name in ("hbm", "l2", "l1"):
         for name in FORMS:

@@ -29,7 +29,7 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from fp8_mma_probe import _ready_wait, report, tile_probe_args, time_tiles  # noqa: E402
+from fp8_mma_probe import _ready_wait, report, tile_probe_args, time_tiles, warm_up  # noqa: E402
 
 K = 2048
 THREADS = tl.constexpr(128)     # 4 warps
@@ -159,18 +159,6 @@ def compile_only():
     print_sass_mix(rows, ops)
 
 
-def warm_up(seconds: float):
-    """Busy the GPU for `seconds` (matrix products), so that the first form is not timed at idle clocks."""
-    import time
-    import torch
-    a = torch.randn(8192, 8192, device="cuda", dtype=torch.float16)
-    end = time.time() + seconds
-    while time.time() < end:
-        for _ in range(10):
-            a @ a
-        torch.cuda.synchronize()
-
-
 def run(args):
     import torch
     dev = torch.device("cuda")
@@ -205,7 +193,6 @@ def run(args):
 if __name__ == "__main__":
     ap = tile_probe_args(__doc__)
     ap.add_argument("--interpret", action="store_true")
-    ap.add_argument("--warm-s", type=float, default=2.0, help="seconds of matrix products before timing")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--formats", nargs="+", default=["fp8", "fp16"], choices=sorted(TYPES))
     ap.add_argument("--cols", type=int, nargs="+", default=[K], help="columns K of the tiles (rows: 32 KB of them)")

@@ -34,8 +34,7 @@ import triton
 import triton.language as tl
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from fp8_mma_probe import _ready_wait, report, tile_probe_args, time_tiles  # noqa: E402
-from matvec_layout_probe import warm_up  # noqa: E402
+from fp8_mma_probe import _ready_wait, report, tile_probe_args, time_tiles, warm_up  # noqa: E402
 
 K = 2048
 R = 8                         # fp16 rows of a 32 KB tile (= the mma's N)
@@ -390,7 +389,6 @@ if __name__ == "__main__":
     ap = tile_probe_args(__doc__)
     ap.add_argument("--emulate", action="store_true", help="no GPU: the mma forms' fragments emulated")
     ap.add_argument("--interpret", action="store_true", help="no GPU: x's gathers from registers, interpreted")
-    ap.add_argument("--warm-s", type=float, default=2.0, help="seconds of matrix products before timing")
     ap.add_argument("--rounds", type=int, default=2)
     a = ap.parse_args()
     if a.compile_only:
