@@ -276,7 +276,7 @@ def test_which_fp8_tiles_are_streamed_in_row_groups():
     from kogc.scheduler.tasks import fp8_row_groups
     from kogc.targets import H200, MI300X
     assert fp8_row_groups(16, 2048, H200) == 4 and fp8_row_groups(32, 1024, H200) == 4   # laneformer-2b's
-    assert fp8_row_groups(8, 4096, H200) == 1       # 128 columns a thread (laneformer-7b's QKV, W1/W3: spilled)
+    assert fp8_row_groups(8, 4096, H200) == 1       # 128 columns a thread (laneformer-7b's QKV, W1/W3: slower)
     assert fp8_row_groups(64, 512, H200) == 1 and fp8_row_groups(128, 256, H200) == 1   # a row is one warp's
     assert fp8_row_groups(2, 2048, H200) == 1 and fp8_row_groups(12, 2048, H200) == 1   # rows per warp
     assert fp8_row_groups(16, 2048, MI300X) == 1    # not measured on AMD: rows as they are

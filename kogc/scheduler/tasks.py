@@ -84,7 +84,7 @@ def stream_layout(rows: int, cols: int, esize: int, scaled: bool) -> tuple[int, 
     return at, at + -(-4 * rows // 16) * 16 // esize
 
 
-MAX_GROUP_COLUMNS = 64     # columns of its rows a thread may hold (and of x): laneformer-7b's 128 spilled
+MAX_GROUP_COLUMNS = 64     # columns of its rows a thread may hold (and of x): laneformer-7b's 128 were slower
 
 
 def fp8_row_groups(rows: int, cols: int, target) -> int:
