@@ -1,34 +1,25 @@
-"""Probe (one H200): an fp16 weight tile's products on tensor cores straight from registers, W as the B operand.
+"""Probe (one H200): fp16 and FP8 weight tiles' products on tensor cores straight from registers, W as A.
 
-kogc's fp16 matvec (a 8 x 2048 tile, laneformer-2b's QKV and W1/W3, most of its tasks) spends a thread
-about 512 sm_90 instructions a tile: 128 weights widened to fp32 (HADD2.F32) and multiplied (FFMA), then
-8 row sums across the program's warps; an SM's time for a tile follows its instructions (the FP8 probes in
-docs/design.md). Here each weight pair goes to `mma.sync.m16n8k16` (f16 x f16, fp32 accumulation: the
-products exact, the sums in fp32) from the register its load put it in:
+kogc's fp16 matvec (a 8 x 2048 tile) spends a thread 512 sm_90 instructions a tile (weights widened to fp32
+and multiplied, HADD2.F32 + FFMA, then row sums across warps); its FP8 one (16 x 2048) 944. Here each load's
+words go to `mma.sync.m16n8k16` (f16 x f16, fp32 accumulation) as A from the registers the load put them in:
+the packed stream is permuted at packing (`pack`, `pack_fp8`) into A's register order, x's B fragments are
+loaded in the same permuted order, four loads' mmas are chained from zero in one inline-PTX call, and the
+rows' sums are read from the q = 0 lanes (`mma`, `mma_fp8` say how). Forms: `fp16_ffma` (kogc's), `fp16_mma`,
+`fp8_s1` / `fp8_s4` (kogc's FP8, plain order and row groups), `fp8_mma`. Each output is checked against torch
+(fp32) by max relative error, out NaN-filled first.
 
-- B (16 x 8) is the weights: its column n is row n of the tile (8 rows = N), so a thread (g = lane / 4,
-  q = lane % 4) holds B's column g, as the load left it;
-- A (16 x 16) is x in all 16 rows; D's rows are then all the same, D[., n] row n's partial sum;
-- inside each 32 columns the mma's k order is permuted (the same way for the weights and for x) so that
-  thread q's two mmas read columns 8q .. 8q + 7: one 16-byte load of row g's weights and one of x;
-- the stream is the tile's 16-byte pieces reordered at packing (`pack`): piece (row g, 32 columns m, q)
-  is thread 32 w + 4 g + q's load c of warp w's columns 512 w + 32 c.
-
-D from every chunk summed in each thread, then over lanes (g: the 8 equal rows of A), the two row halves
-and the warps (one step through shared memory for 8 values), divided by 16. Forms: `ffma` (kogc's way),
-`mma`. Each output is checked against torch (fp32) by max relative error, out NaN-filled first.
+Measured (H200, 2026-12-04, docs/results/2026-12-04/mma-matvec-probe.json): the mma forms were slower at the
+kernel's three programs an SM, from HBM and from L2, despite 192 / 360 instructions against 512 / 944
+(docs/design.md, Rejected ideas).
 
     PYTHONPATH=. python experiments/mma_matvec_probe.py --out $OUT/mma-matvec.json
     python experiments/mma_matvec_probe.py --compile-only      # no GPU: sm_90 registers, spills, SASS mix
     python experiments/mma_matvec_probe.py --emulate           # no GPU: the mma forms' fragments, in torch
-    python experiments/mma_matvec_probe.py --interpret         # no GPU: x's fragments gathered from registers
 (The interpreter has no inline assembly: --emulate checks the layout, the GPU run the kernel.)
 """
 import os
 import sys
-
-if "--interpret" in sys.argv:
-    os.environ["TRITON_INTERPRET"] = "1"      # before triton is imported: @triton.jit reads it
 
 import triton
 import triton.language as tl
@@ -86,20 +77,10 @@ def _tile_words(W, t, C: tl.constexpr, G: tl.constexpr):
 
 
 @triton.jit
-def _x16_index(s: tl.constexpr, C: tl.constexpr, G: tl.constexpr):
-    """x's words for loads s and s + 1 of each G (B's two registers each): for load c, thread 32 w + 4 g + q reads
-    words 16 (16 w + c) + 4 q + 2 (g % 2) + 0, 1 (g = 0: row g's columns of A, g = 1: row g + 8's; the other
-    columns of B are not read back)."""
-    e = tl.arange(0, C // G * 512)
-    th = (e // 4) % 128
-    c = G * (e // 512) + s + (e % 4) // 2
-    return 16 * (16 * (th // 32) + c) + 4 * (th % 4) + 2 * ((th // 4) % 2) + e % 2
-
-
-@triton.jit
 def _xwords(X, s: tl.constexpr, C: tl.constexpr, G: tl.constexpr):
-    """x's words for the fp16 form (_x16_index's, written out here: through the call the hints gave no 64-bit
-    loads), from memory."""
+    """x's words for loads s and s + 1 of each G (B's two registers each), from memory: for load c, thread
+    32 w + 4 g + q reads words 16 (16 w + c) + 4 q + 2 (g % 2) + 0, 1 (g = 0: row g's columns of A, g = 1: row
+    g + 8's; the other columns of B are not read back)."""
     e = tl.arange(0, C // G * 512)
     th = (e // 4) % 128
     c = G * (e // 512) + s + (e % 4) // 2
@@ -108,21 +89,13 @@ def _xwords(X, s: tl.constexpr, C: tl.constexpr, G: tl.constexpr):
 
 
 @triton.jit
-def _x_words(x):
-    """An fp32 vector [K] as the fp16 pairs B holds: [K / 2] int32 words (the even column in the low half)."""
-    lo, hi = tl.split(tl.reshape(x.to(tl.float16), [x.shape[0] // 2, 2]))
-    return lo.to(tl.int16, bitcast=True).to(tl.int32) & 0xFFFF | (hi.to(tl.int16, bitcast=True).to(tl.int32) << 16)
-
-
-@triton.jit
-def mma(W, X, OUT, T, NT, FLAG, C: tl.constexpr, G: tl.constexpr, REG: tl.constexpr = 0):
+def mma(W, X, OUT, T, NT, FLAG, C: tl.constexpr, G: tl.constexpr):
     """W: the packed tiles as int32 words (fp16 pairs), [NT, C, 128 threads, 4] (`pack`): thread 32 w + 4 g + q's
     load c is row g's columns 32 m + 8 q .. + 7 (m = 16 w + c) as one mma's A: its registers 0 and 2, A's row g
     (k 2q .. and 2q + 8 ..), columns 8 q + 0 .. 3; registers 1 and 3, A's row g + 8, which is row g again at
     columns 8 q + 4 .. 7. B's column 0 is x at the first four columns, column 1 at the other four (the other
     columns of B are not read back). D[g][0] + D[g + 8][1] (a thread with q = 0: registers 0 and 3) is row g's
-    sum. G = 4 loads chained in one call. REG: x (fp16) loaded plainly and its fragments gathered from
-    registers (tl.gather), as a kernel's prologue would leave it, instead of loaded in fragment order."""
+    sum. G = 4 loads chained in one call."""
     p = tl.program_id(0)
     P = tl.num_programs(0)
     j = 0
@@ -131,13 +104,8 @@ def mma(W, X, OUT, T, NT, FLAG, C: tl.constexpr, G: tl.constexpr, REG: tl.conste
         j += 1
         w0, w1, w2, w3 = _tile_words(W, t, C, G)
         _ready_wait(FLAG)
-        if REG:
-            xw = _x_words(tl.load(X + tl.arange(0, C * 128)).to(tl.float32))     # (K = 128 C columns)
-            x01 = tl.gather(xw, _x16_index(0, C, G), 0)
-            x23 = tl.gather(xw, _x16_index(2, C, G), 0)
-        else:
-            x01 = _xwords(X, 0, C, G)
-            x23 = _xwords(X, 2, C, G)
+        x01 = _xwords(X, 0, C, G)
+        x23 = _xwords(X, 2, C, G)
         d = tl.inline_asm_elementwise(MMA_CHAIN, "=r,=r,=r,=r" + ",r" * 24, [w0, w1, w2, w3, x01, x23],
                                       dtype=tl.float32, is_pure=True, pack=4)
         dsum = tl.reshape(tl.sum(tl.reshape(d, [C // G, 512]), 0), [4, 8, 4, 4])   # [w, g, q, register]
@@ -192,10 +160,10 @@ def _xwords8(X, s: tl.constexpr, C: tl.constexpr, G: tl.constexpr):
 
 
 @triton.jit
-def mma_fp8(W, S, X, OUT, T, NT, FLAG, C: tl.constexpr, G: tl.constexpr, REG: tl.constexpr = 0):
+def mma_fp8(W, S, X, OUT, T, NT, FLAG, C: tl.constexpr, G: tl.constexpr):
     """FP8 tiles of 16 x 2048 (`pack_fp8`): thread 32 w + 4 g + q's load c holds rows g and g + 8 at columns
     32 m + 8 q .. + 7 (m = 16 w + c), A of two mmas once unpacked; rows g and g + 8 are D[g][0] and D[g + 8][0]
-    (a thread with q = 0: registers 0 and 2), times the rows' scales. REG: as in `mma`."""
+    (a thread with q = 0: registers 0 and 2), times the rows' scales."""
     p = tl.program_id(0)
     P = tl.num_programs(0)
     r16 = tl.arange(0, 16)
@@ -206,17 +174,10 @@ def mma_fp8(W, S, X, OUT, T, NT, FLAG, C: tl.constexpr, G: tl.constexpr, REG: tl
         w0, w1, w2, w3 = _tile_words(W, t, C, G)
         sc = tl.load(S + t * 16 + r16)
         _ready_wait(FLAG)
-        if REG:
-            xw = _x_words(tl.load(X + tl.arange(0, C * 128)).to(tl.float32))
-            x0 = tl.gather(xw, _x8_index(0, C, G), 0)
-            x1 = tl.gather(xw, _x8_index(1, C, G), 0)
-            x2 = tl.gather(xw, _x8_index(2, C, G), 0)
-            x3 = tl.gather(xw, _x8_index(3, C, G), 0)
-        else:
-            x0 = _xwords8(X, 0, C, G)
-            x1 = _xwords8(X, 1, C, G)
-            x2 = _xwords8(X, 2, C, G)
-            x3 = _xwords8(X, 3, C, G)
+        x0 = _xwords8(X, 0, C, G)
+        x1 = _xwords8(X, 1, C, G)
+        x2 = _xwords8(X, 2, C, G)
+        x3 = _xwords8(X, 3, C, G)
         d = tl.inline_asm_elementwise(MMA_CHAIN_FP8, "=r,=r,=r,=r" + ",r" * 32, [w0, w1, w2, w3, x0, x1, x2, x3],
                                       dtype=tl.float32, is_pure=True, pack=4)
         dsum = tl.reshape(tl.sum(tl.reshape(d, [C // G, 512]), 0), [4, 8, 4, 2, 2])   # [w, g, q, hi, lo]
@@ -234,29 +195,6 @@ def pack_fp8(q8):
     nt = q8.shape[0]
     b = q8.view(torch.uint8).reshape(nt, 2, 8, 4, 16, 4, 4, 2)   # [NT, hi, g, w, c, q, j, e]
     return b.permute(0, 4, 3, 2, 5, 6, 1, 7).reshape(nt, C * 128 * 16).view(torch.int32).reshape(nt, C, 128, 4)
-
-
-@triton.jit
-def _fragments_both_ways(X, XW, OUT, C: tl.constexpr, G: tl.constexpr):
-    """x's B fragments loaded in fragment order and gathered from registers, for both forms, side by side."""
-    n: tl.constexpr = C // G * 512
-    e = tl.arange(0, n)
-    xw = _x_words(tl.load(X + tl.arange(0, C * 128)).to(tl.float32))
-    tl.store(OUT + e, _xwords(XW, 0, C, G))
-    tl.store(OUT + n + e, tl.gather(xw, _x16_index(0, C, G), 0))
-    tl.store(OUT + 2 * n + e, _xwords8(XW, 3, C, G))
-    tl.store(OUT + 3 * n + e, tl.gather(xw, _x8_index(3, C, G), 0))
-
-
-def check_gathers():
-    """Under the interpreter: x's fragments gathered from registers equal those loaded in fragment order."""
-    import torch
-    x = torch.randn(C * 128, dtype=torch.float16)
-    out = torch.zeros(4 * C // GROUP * 512, dtype=torch.int32)
-    _fragments_both_ways[(1,)](x, x.view(torch.int32), out, C=C, G=GROUP)
-    a, b, c, d = out.reshape(4, -1)
-    assert torch.equal(a, b) and torch.equal(c, d), "gathered fragments differ from the loaded ones"
-    print("x's fragments gathered from registers equal the loaded ones (interpreter)")
 
 
 def _half_pairs(words):
@@ -318,8 +256,7 @@ def emulate():
 
 def kernels():
     """(name, kernel, signature, constexprs) of every form: kogc's fp16 way and the fp16 mma; kogc's FP8 ways
-    (plain order, row groups: matvec_layout_probe.task_form) and the FP8 mma; each mma also with x's fragments
-    gathered from registers (`_reg`)."""
+    (plain order, row groups: matvec_layout_probe.task_form) and the FP8 mma."""
     from matvec_layout_probe import task_form
     common = {"OUT": "*fp32", "T": "i32", "NT": "i32", "FLAG": "*i32"}
     lay = {c: "constexpr" for c in ("K", "R", "V", "S", "SCALED")}
@@ -328,16 +265,12 @@ def kernels():
          {"K": K, "R": R}),
         ("fp16_mma", mma, {"W": "*i32", "X": "*i32", **common, "C": "constexpr", "G": "constexpr"},
          {"C": C, "G": GROUP}),
-        ("fp16_mma_reg", mma, {"W": "*i32", "X": "*fp16", **common, "C": "constexpr", "G": "constexpr",
-                                "REG": "constexpr"}, {"C": C, "G": GROUP, "REG": 1}),
         ("fp8_s1", task_form, {"W": "*fp8e4nv", "SC": "*fp32", "X": "*fp16", **common, **lay},
          {"K": K, "R": 16, "V": 16, "S": 1, "SCALED": 1}),
         ("fp8_s4", task_form, {"W": "*fp8e4nv", "SC": "*fp32", "X": "*fp16", **common, **lay},
          {"K": K, "R": 16, "V": 16, "S": 4, "SCALED": 1}),
         ("fp8_mma", mma_fp8, {"W": "*i32", "S": "*fp32", "X": "*i32", **common, "C": "constexpr", "G": "constexpr"},
          {"C": C, "G": GROUP}),
-        ("fp8_mma_reg", mma_fp8, {"W": "*i32", "S": "*fp32", "X": "*fp16", **common, "C": "constexpr",
-                                  "G": "constexpr", "REG": "constexpr"}, {"C": C, "G": GROUP, "REG": 1}),
     ]
 
 
@@ -365,8 +298,6 @@ def run(args):
             "fp8_s1": (q8, sc, x),
             "fp8_s4": (pack_groups(q8.view(torch.uint8), 16, 4).view(torch.float8_e4m3fn), sc, x),
             "fp8_mma": (torch.cat([pack_fp8(b) for b in q8.split(4096)]), sc, x.view(torch.int32))}
-    data["fp16_mma_reg"] = data["fp16_mma"][0], x
-    data["fp8_mma_reg"] = data["fp8_mma"][0], sc, x
     out = torch.empty(nt * 16, device=dev, dtype=torch.float32)
     flag = torch.zeros(1, device=dev, dtype=torch.int32)
     warm_up(args.warm_s)
@@ -388,14 +319,11 @@ def run(args):
 if __name__ == "__main__":
     ap = tile_probe_args(__doc__)
     ap.add_argument("--emulate", action="store_true", help="no GPU: the mma forms' fragments emulated")
-    ap.add_argument("--interpret", action="store_true", help="no GPU: x's gathers from registers, interpreted")
     ap.add_argument("--rounds", type=int, default=2)
     a = ap.parse_args()
     if a.compile_only:
         compile_only()
     elif a.emulate:
         emulate()
-    elif a.interpret:
-        check_gathers()
     else:
         run(a)
