@@ -12,7 +12,7 @@ the same flat load leaves each group of 128 / S threads R / S whole rows and eac
 S K / 128 columns. With S = 4 a group is a warp: a row's sum is the thread's own products, then five shuffle
 levels inside the warp, no shared memory; with S = 2 it crosses two warps. x is taken in the same column
 order (S K / 128 values a thread instead of 16 or 8: more registers). kogc streams FP8 tiles with S = 4
-(`kogc.scheduler.tasks.fp8_row_groups`). Each form is timed once a round, after a few seconds of matrix
+(`kogc.scheduler.tasks.row_groups`). Each form is timed once a round, after a few seconds of matrix
 products (so that none is timed at idle clocks).
 
     PYTHONPATH=. python experiments/matvec_layout_probe.py --out $OUT/matvec-layout.json

@@ -259,12 +259,12 @@ def test_compensated_head_is_streamed_alone():
 def test_fp8_tiles_in_row_groups_equal_the_reference():
     # tiles whose rows each warp owns whole (kogc.scheduler.tasks.row_groups): the stream reordered at
     # packing, the products summed inside warps; the same logits as the reference of the same FP8 weights
-    from kogc.scheduler.tasks import fp8_row_groups
+    from kogc.scheduler.tasks import row_groups
     model = tiny(seed=13, num_lanes=2, hidden_size=512, intermediate_size=2048)
     random_cache(model, 4)
     ck = kogc.compile(model, target="h200", weights="fp8")
     grouped = [t for t in ck.schedule.tasks
-               if t.weight and fp8_row_groups(t.weight.rows, t.weight.cols, ck.schedule.target) > 1]
+               if t.weight and row_groups(t.weight.rows, t.weight.cols, 1, ck.schedule.target) > 1]
     assert grouped and len(grouped) < sum(1 for t in ck.schedule.tasks if t.weight)    # both orders in one kernel
     matvecs = matvec_params(ck.ir)
     ref_w = {k: fake_quantize(v) if k in matvecs else v for k, v in weights_of(model, ck.ir).items()}
@@ -273,10 +273,10 @@ def test_fp8_tiles_in_row_groups_equal_the_reference():
 
 def test_which_fp8_tiles_are_streamed_in_row_groups():
     # a warp's row group where a flat row would span warps and a thread's share stays <= 64 columns
-    from kogc.scheduler.tasks import fp8_row_groups
+    from kogc.scheduler.tasks import row_groups
     from kogc.targets import H200, MI300X
-    assert fp8_row_groups(16, 2048, H200) == 4 and fp8_row_groups(32, 1024, H200) == 4   # laneformer-2b's
-    assert fp8_row_groups(8, 4096, H200) == 1       # 128 columns a thread (laneformer-7b's QKV, W1/W3: slower)
-    assert fp8_row_groups(64, 512, H200) == 1 and fp8_row_groups(128, 256, H200) == 1   # a row is one warp's
-    assert fp8_row_groups(2, 2048, H200) == 1 and fp8_row_groups(12, 2048, H200) == 1   # rows per warp
-    assert fp8_row_groups(16, 2048, MI300X) == 1    # not measured on AMD: rows as they are
+    assert row_groups(16, 2048, 1, H200) == 4 and row_groups(32, 1024, 1, H200) == 4   # laneformer-2b's
+    assert row_groups(8, 4096, 1, H200) == 1       # 128 columns a thread (laneformer-7b's QKV, W1/W3: slower)
+    assert row_groups(64, 512, 1, H200) == 1 and row_groups(128, 256, 1, H200) == 1   # a row is one warp's
+    assert row_groups(2, 2048, 1, H200) == 1 and row_groups(12, 2048, 1, H200) == 1   # rows per warp
+    assert row_groups(16, 2048, 1, MI300X) == 1    # not measured on AMD: rows as they are

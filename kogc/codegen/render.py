@@ -8,7 +8,7 @@ import jinja2
 
 from ..fp8 import TRITON_TYPES
 from ..scheduler import Schedule
-from ..scheduler.tasks import fp8_row_groups, stream_layout
+from ..scheduler.tasks import row_groups, stream_layout
 from ..scheduler.tile import ESIZE, heads_per_combine, next_pow2
 from ..scheduler import tasks as T
 
@@ -66,8 +66,8 @@ _ENV.filters["next_pow2"] = next_pow2
 _ENV.filters["heads_per_combine"] = lambda v: heads_per_combine(v[1], v[2])     # an attention variant's
 # a matvec variant's tile in the weight stream: (where its scales start, its length), from (R, K, esize, scaled)
 _ENV.filters["stream_layout"] = lambda v, esize, scaled: stream_layout(v[1], v[2], esize, bool(scaled))
-# a matvec variant's row groups in the stream: FP8 tiles' order (kogc.scheduler.tasks.fp8_row_groups), else 1
-_ENV.filters["row_groups"] = lambda v, scaled, target: fp8_row_groups(v[1], v[2], target) if scaled else 1
+# a matvec variant's row groups in the stream (kogc.scheduler.tasks.row_groups)
+_ENV.filters["row_groups"] = lambda v, esize, target: row_groups(v[1], v[2], esize, target)
 TL_DTYPES = {"float32": "tl.float32", "float16": "tl.float16", "bfloat16": "tl.bfloat16"}
 
 

@@ -10,7 +10,7 @@ from ..fp8 import FORMATS, Fp8Weight, quantize
 from ..ir.executor import TORCH_DTYPES, rope_angles
 from ..ir.graph import Op
 from ..scheduler import Schedule
-from ..scheduler.tasks import fp8_row_groups, stream_layout
+from ..scheduler.tasks import row_groups, stream_layout
 
 
 @dataclass
@@ -65,8 +65,8 @@ def pack_weights(schedule: Schedule, weights: dict, device) -> tuple[torch.Tenso
                     host[name] = _host_weight(weights[name], schedule) if fp8 else weights[name].detach().to("cpu", dtype)
             src = [host[w.param]] + ([host[w.up]] if w.up else [])
             values = _rows_of([s[0] for s in src] if fp8 else src, w)
-            if fp8:
-                values = order_rows(values, fp8_row_groups(w.rows, w.cols, schedule.target), schedule.target)
+            groups = row_groups(w.rows, w.cols, schedule.weight_esize, schedule.target)
+            values = order_rows(values, groups, 16 // schedule.weight_esize, schedule.target)
             stream[at:at + w.numel] = values.reshape(-1)
             if fp8:
                 soff, _ = stream_layout(w.rows, w.cols, 1, True)
@@ -77,17 +77,18 @@ def pack_weights(schedule: Schedule, weights: dict, device) -> tuple[torch.Tenso
     return stream.to(device), torch.tensor(offsets, dtype=torch.int64, device=device)
 
 
-def order_rows(values: torch.Tensor, groups: int, target) -> torch.Tensor:
-    """An FP8 tile [rows, cols] (bytes) in the stream's order for `groups` row groups S
-    (kogc.scheduler.tasks.fp8_row_groups), for a flat load of 16 bytes a thread: thread u of group s
-    holds rows (rows / S) s + b at columns c u + 16 a + j (c = cols / threads a group) in its load A b + a,
-    i.e. element ((rows / S) s + b, c u + 16 a + j) at 16 T (A b + a) + 16 ((T / S) s + u) + j for T threads."""
+def order_rows(values: torch.Tensor, groups: int, per_load: int, target) -> torch.Tensor:
+    """A tile [rows, cols] in the stream's order for `groups` row groups S
+    (kogc.scheduler.tasks.row_groups), for a flat load of 16 bytes (V = per_load elements) a thread: thread
+    u of group s holds rows (rows / S) s + b at columns c u + V a + j (c = cols / threads a group) in its
+    load A b + a, i.e. element ((rows / S) s + b, c u + V a + j) at V T (A b + a) + V ((T / S) s + u) + j
+    for T threads."""
     if groups == 1:
         return values
     rows, cols = values.shape
     per_group = target.num_warps * target.warp_size // groups
-    chunks = cols // (per_group * 16)
-    return values.reshape(groups, rows // groups, per_group, chunks, 16).permute(1, 3, 0, 2, 4).contiguous()
+    chunks = cols // (per_group * per_load)
+    return values.reshape(groups, rows // groups, per_group, chunks, per_load).permute(1, 3, 0, 2, 4).contiguous()
 
 
 def _rows_of(ts: list[torch.Tensor], w) -> torch.Tensor:

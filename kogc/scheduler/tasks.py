@@ -87,19 +87,23 @@ def stream_layout(rows: int, cols: int, esize: int, scaled: bool) -> tuple[int, 
 MAX_GROUP_COLUMNS = 64     # columns of its rows a thread may hold (and of x): laneformer-7b's 128 were slower
 
 
-def fp8_row_groups(rows: int, cols: int, target) -> int:
-    """How an FP8 tile's bytes are ordered in the stream for the kernel's products: in S row groups of
+def row_groups(rows: int, cols: int, esize: int, target) -> int:
+    """How a tile's elements are ordered in the stream for the kernel's products: in S row groups of
     one warp each (group s owning rows (rows / S) s .. + rows / S), so that every row's sum stays inside
     its warp (kogc.runtime.buffers.order_rows; the matvec's _grouped_products); or 1: rows as they are,
     loaded flat and reshaped to [rows, cols], where each thread holds a part of every row and a row
     wider than a warp's loads (16 bytes a lane) is summed across warps through shared memory, once per
-    row. Grouped where the target says so (Target.fp8_row_groups), the rows are wider than a warp's
-    loads, and a thread's share of a row is whole 16-byte loads and at most MAX_GROUP_COLUMNS."""
+    row. Grouped where the target says so (Target.warp_row_groups), the rows are wider than a warp's
+    loads, a thread's share of a row is whole 16-byte loads and at most MAX_GROUP_COLUMNS, and, for
+    16-bit and wider weights, the tile has 16 rows or more (fp16 8 x 2048 tiles were neutral in the probe;
+    16 x 1024 and 32 x 512, laneformer-0.5b's, faster)."""
     groups = target.num_warps
     per_group = target.warp_size
-    if not target.fp8_row_groups or rows & (rows - 1) or cols & (cols - 1) or rows % groups:
+    if not target.warp_row_groups or rows & (rows - 1) or cols & (cols - 1) or rows % groups:
         return 1
-    if cols <= per_group * 16 or cols // per_group > MAX_GROUP_COLUMNS:
+    if esize > 1 and rows < 16:
+        return 1
+    if cols <= per_group * (16 // esize) or cols // per_group > MAX_GROUP_COLUMNS:
         return 1
     return groups
 

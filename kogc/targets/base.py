@@ -29,9 +29,9 @@ class Target:
                                  # trusted alone; "" = none
     release_fence_sys_asm: str = ""  # the same before a publish to another GPU
     fp8_format: str = "e4m3fn"   # the FP8 weights it streams (kogc.fp8.FORMATS): E4M3FN, or E4M3FNUZ on gfx942
-    fp8_row_groups: bool = False  # FP8 tiles streamed in row groups of one warp each, so that each row's
-                                  # sum stays in its warp (kogc.scheduler.tasks.fp8_row_groups; measured on
-                                  # an H200: laneformer-2b -5.3%, 7b -1.2%)
+    warp_row_groups: bool = False  # tiles streamed in row groups of one warp each, so that each row's sum
+                                   # stays in its warp (kogc.scheduler.tasks.row_groups; measured on an
+                                   # H200: laneformer-2b FP8 -5.3%, 7b FP8 -1.2%, 0.5b fp16 -2.4%)
     volatile_loads: bool = True  # volatile loads are sound in Triton for this target (not AMD in 3.6)
     max_registers: int | None = None   # ptxas cap per thread (None: the compiler's choice), so that
                                        # programs_per_unit programs fit one unit's register file

@@ -6,7 +6,7 @@ H100 = Target(
     compute_units=132, warp_size=32,
     # the same SM and register file as the H200: 3 programs x 4 warps per SM at 168 registers
     # (3 x 128 threads x 168 = 64,512 of 65,536), the H200's measured best
-    programs_per_unit=3, num_warps=4, max_registers=168, registers_per_unit=65536, fp8_row_groups=True,
+    programs_per_unit=3, num_warps=4, max_registers=168, registers_per_unit=65536, warp_row_groups=True,
     # no read bandwidth measured here: the datasheet figure stands in for it
     hbm_bytes=80 * 10**9, hbm_read_bw=3.35e12, hbm_bw_datasheet=3.35e12,
     l2_bytes=50 * 2**20, last_level_cache_bytes=50 * 2**20,
