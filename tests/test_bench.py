@@ -29,6 +29,18 @@ def test_bench_interpreter_writes_table_and_json(tmp_path, capsys):
     assert all(row["ms_median"] > 0 and len(row["ms_reps"]) == 2 for row in res["rows"])
     assert res["floor"]["bytes_per_token"] > 0 and res["config"]["context"] == 8
     assert len(res["config"]["kernel_source_sha1"]) == 12      # which kernel the figures are of
+    assert res["passed"] and res["checks"]["kogc"]["rel_err"] < 1e-4      # checked against eager first
+    assert "kogc against eager at position 8: rel err" in text
+
+
+@CPU_ONLY
+def test_bench_fails_when_the_kernel_computes_something_else(monkeypatch, capsys):
+    # the kernel's cache left empty while eager's holds random rows: other logits, so exit code 1
+    import kogc.runtime.kernel
+    monkeypatch.setattr(kogc.runtime.kernel, "fill_kv_from", lambda ck, model: None)
+    rc = main(["bench", MICRO, "--config", "micro", "--context", "8", "--steps", "1", "--reps", "1", "--interpret",
+               "--baselines", ""])
+    assert rc == 1 and "FAILED" in capsys.readouterr().out
 
 
 @CPU_ONLY

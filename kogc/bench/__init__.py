@@ -9,6 +9,8 @@ torch.compile: the strongest rows; and the floor (bytes that must be read
 per token over the HBM read bandwidth measured in the same run: the higher of two readings, one before
 kogc's row and one after the baselines). Timing: warm-up, then device events
 around `steps` consecutive steps at positions context.., `reps` repetitions, median and spread.
+Before it is timed, each kogc kernel's step at the context is checked against eager's on the same cache
+and weights (kogc.bench.against_eager); `passed` says whether every one matched.
 """
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ import time
 
 import torch
 
+from .against_eager import check_step, format_check
 from .measure import Row, bytes_per_token, kernel_id, read_bandwidth, time_steps
 from .handwritten import handwritten_graph_step, shapes_of
 from .stacks import compiled_graph_step, eager_step, graph_step, trimmed_graph_step
@@ -62,6 +65,8 @@ def run_bench(model_file: str, preset: str | None, context: int = 1024, steps: i
     gen = torch.Generator().manual_seed(seed + 1)
     randomize_kv(kv_cache_buffers(ck.ir, model), context, gen)
     fill_kv_from(ck, model)
+    _progress(f"checking one step against eager at position {context}", quiet)
+    checks = {"kogc": check_step(ck, model, context, device)}
     rows: list[Row] = []
     readings = [] if interpret else [read_bandwidth()]
     floor_bytes = bytes_per_token(ck, context + steps // 2)
@@ -83,6 +88,7 @@ def run_bench(model_file: str, preset: str | None, context: int = 1024, steps: i
         _progress("timing kogc with the model's weights", quiet)
         full = kogc_compile(model, interpret=interpret, **{**kogc_options, "weights": "model"})
         fill_kv_from(full, model)
+        checks["kogc, model's weights"] = check_step(full, model, context, device)
         rows.append(Row("kogc, model's weights" + (" (interpreter, CPU)" if interpret else ""),
                         time_steps(lambda i: full.launch(1 + i % 100, context + i), steps, reps, device, warmup),
                         extra={"floor_bytes": bytes_per_token(full, context + steps // 2),
@@ -138,7 +144,8 @@ def run_bench(model_file: str, preset: str | None, context: int = 1024, steps: i
     result = {"config": cfg, "floor": {"bytes_per_token": floor_bytes, "read_bw_Bps": bw,
                                        "read_bw_readings_Bps": readings,
                                        "ms": floor_bytes / bw * 1e3 if bw else None},
-              "rows": [r.to_dict(floor_bytes) for r in rows], "seconds": time.perf_counter() - t0}
+              "rows": [r.to_dict(floor_bytes) for r in rows], "checks": checks,
+              "passed": all(c["ok"] for c in checks.values()), "seconds": time.perf_counter() - t0}
     if prof is not None:
         result["profile"] = prof
     return result
@@ -185,6 +192,8 @@ def format_table(res: dict) -> str:
     if full and kogc_row:
         lines.append(f"kogc {c.get('weights')} vs kogc with the model's weights: "
                      f"{full['ms_median'] / kogc_row['ms_median']:.2f}x")
+    for name, check in res.get("checks", {}).items():
+        lines.append(format_check(name, check))
     if "profile" in res:
         lines.append(res["profile"]["text"])
     return "\n".join(lines)

@@ -1,0 +1,44 @@
+"""The bench's correctness check: a kernel's logits for one step against eager PyTorch's, on the same
+KV cache and the same weights (an FP8 kernel: the model with the same quantized weights), with
+`kogc check`'s limit and tie-aware argmax (kogc.check)."""
+from __future__ import annotations
+
+import copy
+
+import torch
+
+from ..check import TIE_ULPS, _miss, default_max_rel_err, rel_err, tie_dtype
+
+TOKEN = 7       # the token of the checked step
+
+
+def check_step(ck, model: torch.nn.Module, context: int, device: str) -> dict:
+    """Run one step of `ck` (token TOKEN at position `context`, its cache filled from `model`'s) and the
+    same step eagerly. Both write the cache row at `context` only, which every later step rewrites."""
+    logits, tok = ck.step(TOKEN, context)
+    m = model
+    if ck.schedule.tile_config.weights == "fp8":
+        from ..fp8 import fake_quantize_module
+        m = copy.deepcopy(model)
+        fake_quantize_module(m, ck.ir)
+    dtype = next(model.parameters()).dtype
+    with torch.no_grad():
+        m.to(device)
+        ref, ref_tok = m(torch.tensor(TOKEN, device=device), torch.tensor(context, device=device))
+        ref = ref.float().cpu()
+        m.to("cpu")
+    limit = default_max_rel_err(dtype)
+    err = rel_err(logits.float().cpu(), ref)
+    miss = _miss(ref, tok, TIE_ULPS, tie_dtype(dtype))
+    return {"position": context, "rel_err": err, "limit": limit, "token": tok, "eager_token": int(ref_tok),
+            "argmax_miss": miss, "ok": err <= limit and miss is None}
+
+
+def format_check(name: str, c: dict) -> str:
+    """One line of the bench's table."""
+    token = ("the same token" if c["token"] == c["eager_token"] else
+             "another token within a tie" if c["argmax_miss"] is None else
+             f"ANOTHER TOKEN ({c['token']} against {c['eager_token']})")
+    verdict = "ok" if c["ok"] else "FAILED"
+    return (f"{name} against eager at position {c['position']}: rel err {c['rel_err']:.1e} (limit "
+            f"{c['limit']:.0e}), {token}: {verdict}")
