@@ -16,11 +16,7 @@ def check_step(ck, model: torch.nn.Module, context: int, device: str) -> dict:
     """Run one step of `ck` (token TOKEN at position `context`, its cache filled from `model`'s) and the
     same step eagerly. Both write the cache row at `context` only, which every later step rewrites."""
     logits, tok = ck.step(TOKEN, context)
-    m = model
-    if ck.schedule.tile_config.weights == "fp8":
-        from ..fp8 import fake_quantize_module
-        m = copy.deepcopy(model)
-        fake_quantize_module(m, ck.ir)
+    m = reference_module(model, ck.schedule.tile_config.weights, ck.ir)
     dtype = next(model.parameters()).dtype
     with torch.no_grad():
         m.to(device)
@@ -32,6 +28,17 @@ def check_step(ck, model: torch.nn.Module, context: int, device: str) -> dict:
     miss = _miss(ref, tok, TIE_ULPS, tie_dtype(dtype))
     return {"position": context, "rel_err": err, "limit": limit, "token": tok, "eager_token": int(ref_tok),
             "argmax_miss": miss, "ok": err <= limit and miss is None}
+
+
+def reference_module(model: torch.nn.Module, weights: str, graph) -> torch.nn.Module:
+    """The module whose eager step a kernel storing `weights` must match: the model itself, or for FP8 a
+    copy with the same quantized weights (kogc.fp8.fake_quantize_module)."""
+    if weights != "fp8":
+        return model
+    from ..fp8 import fake_quantize_module
+    m = copy.deepcopy(model)
+    fake_quantize_module(m, graph)
+    return m
 
 
 def format_check(name: str, c: dict) -> str:

@@ -19,7 +19,6 @@ rank 0's vocabulary shard (what the mirror computes).
 """
 from __future__ import annotations
 
-import copy
 import dataclasses
 import json
 import os
@@ -31,6 +30,7 @@ import torch
 from ..check import TIE_ULPS, _miss, default_max_rel_err, rel_err, tie_dtype
 from ..errors import KogcError
 from ..ir.shard import vocab_shard
+from .against_eager import reference_module
 from .measure import bytes_per_token, kernel_id, read_bandwidth, time_steps
 
 RUN_OPTIONS = ("num_programs", "num_warps", "max_registers", "profile")
@@ -142,11 +142,7 @@ def run_sweep(model_file: str, preset: str | None, variants: str, contexts: list
         the same quantized weights, on a copy of the model)."""
         if weights in eager:
             return
-        m = model
-        if weights == "fp8":
-            from ..fp8 import fake_quantize_module
-            m = copy.deepcopy(model)
-            fake_quantize_module(m, graph)
+        m = reference_module(model, weights, graph)
         eager[weights] = {}
         with torch.no_grad():
             m.to(device)

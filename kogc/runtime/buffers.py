@@ -66,7 +66,7 @@ def pack_weights(schedule: Schedule, weights: dict, device) -> tuple[torch.Tenso
             src = [host[w.param]] + ([host[w.up]] if w.up else [])
             values = _rows_of([s[0] for s in src] if fp8 else src, w)
             groups = row_groups(w.rows, w.cols, schedule.weight_esize, schedule.target)
-            values = order_rows(values, groups, 16 // schedule.weight_esize, schedule.target)
+            values = order_rows(values, groups, schedule.target)
             stream[at:at + w.numel] = values.reshape(-1)
             if fp8:
                 soff, _ = stream_layout(w.rows, w.cols, 1, True)
@@ -77,15 +77,16 @@ def pack_weights(schedule: Schedule, weights: dict, device) -> tuple[torch.Tenso
     return stream.to(device), torch.tensor(offsets, dtype=torch.int64, device=device)
 
 
-def order_rows(values: torch.Tensor, groups: int, per_load: int, target) -> torch.Tensor:
+def order_rows(values: torch.Tensor, groups: int, target) -> torch.Tensor:
     """A tile [rows, cols] in the stream's order for `groups` row groups S
-    (kogc.scheduler.tasks.row_groups), for a flat load of 16 bytes (V = per_load elements) a thread: thread
+    (kogc.scheduler.tasks.row_groups), for a flat load of 16 bytes (V elements of the tile's type) a thread: thread
     u of group s holds rows (rows / S) s + b at columns c u + V a + j (c = cols / threads a group) in its
     load A b + a, i.e. element ((rows / S) s + b, c u + V a + j) at V T (A b + a) + V ((T / S) s + u) + j
     for T threads."""
     if groups == 1:
         return values
     rows, cols = values.shape
+    per_load = 16 // values.element_size()
     per_group = target.num_warps * target.warp_size // groups
     chunks = cols // (per_group * per_load)
     return values.reshape(groups, rows // groups, per_group, chunks, per_load).permute(1, 3, 0, 2, 4).contiguous()
