@@ -352,3 +352,18 @@ def test_detail_profile_splits_a_tasks_start():
     assert summary["per_kind"][k]["start_us_mean"]["ready_share"] < 1.0
     assert abs(summary["per_kind"][k]["start_us_mean"]["acquire"] - 0.4) < 1e-9
     assert "start (detail)" in format_summary(summary)
+
+
+@pytest.mark.gpu
+def test_bench_of_ranks_checks_them_and_the_one_gpu_kernel_against_eager(tmp_path, capsys):
+    """`kogc bench --gpus 2 --one-gpu`: both ranks on this GPU; before timing, one step of the ranks and one
+    of the one-GPU kernel are checked against eager, and the command's exit code says whether they passed."""
+    out = tmp_path / "ranks.json"
+    rc = main(["bench", MODEL_FILE, "--config", "tiny", "--gpus", "2", "--one-gpu", "--context", "16", "--steps", "4",
+               "--reps", "1", "--json", str(out)])
+    text = capsys.readouterr().out
+    res = json.loads(out.read_text())
+    assert set(res["checks"]) == {"kogc 2 ranks", "kogc 1 GPU"}
+    assert rc == 0 and res["passed"], text
+    assert all(c["rel_err"] < 1e-4 and c["token"] == c["eager_token"] for c in res["checks"].values())
+    assert "kogc 2 ranks against eager at position 16: rel err" in text

@@ -16,7 +16,7 @@ def check_step(ck, model: torch.nn.Module, context: int, device: str) -> dict:
     """Run one step of `ck` (token TOKEN at position `context`, its cache filled from `model`'s) and the
     same step eagerly. Both write the cache row at `context` only, which every later step rewrites."""
     logits, tok = ck.step(TOKEN, context)
-    m = reference_module(model, ck.schedule.tile_config.weights, ck.ir)
+    m = reference_module(model, stored_weights(ck), ck.ir)
     dtype = next(model.parameters()).dtype
     with torch.no_grad():
         m.to(device)
@@ -28,6 +28,16 @@ def check_step(ck, model: torch.nn.Module, context: int, device: str) -> dict:
     miss = _miss(ref, tok, TIE_ULPS, tie_dtype(dtype))
     return {"position": context, "rel_err": err, "limit": limit, "token": tok, "eager_token": int(ref_tok),
             "argmax_miss": miss, "ok": err <= limit and miss is None}
+
+
+def stored_weights(ck) -> str:
+    """What a compiled kernel streams ("model" or "fp8"): one GPU's kernel, the ranks on one GPU, or this
+    process's rank."""
+    if hasattr(ck, "schedule"):
+        return ck.schedule.tile_config.weights
+    if hasattr(ck, "schedules"):
+        return ck.schedules[0].tile_config.weights
+    return ck.kernel.schedule.tile_config.weights       # (kogc.runtime.distributed.DistributedKernel)
 
 
 def reference_module(model: torch.nn.Module, weights: str, graph) -> torch.nn.Module:

@@ -15,6 +15,7 @@ import time
 
 import torch
 
+from .against_eager import check_step
 from .measure import Row, bytes_per_token, read_bandwidth, time_steps
 
 
@@ -96,6 +97,12 @@ def run_bench_ranks(model_file: str, preset: str | None, gpus: int, one_gpu: boo
     gen = torch.Generator().manual_seed(seed + 1)      # a random cache up to the context, for every stack
     randomize_kv(kv_cache_buffers(kernels[0].ir, model), context, gen)
     floor_bytes = sum(bytes_per_token(k, context + steps // 2) for k in kernels)
+    checks = {}
+    if not mirror:         # (a mirrored rank computes another model: its lane groups are copies of rank 0's)
+        for k in kernels:
+            fill_kv_from(k, model)
+        say(f"checking one step of the {gpus} ranks against eager at position {context}")
+        checks[label] = check_step(ck, model, context, "cuda")
     kogc_rows(ck)
     say("profiling one step of the ranks")
     pk = kogc_compile(model, gpus=gpus, one_gpu=one_gpu, profile=profile, **options)
@@ -116,6 +123,8 @@ def run_bench_ranks(model_file: str, preset: str | None, gpus: int, one_gpu: boo
     say("compiling the one-GPU kernel")
     single = kogc_compile(model, **options)
     fill_kv_from(single, model)
+    say(f"checking one step of the one-GPU kernel against eager at position {context}")
+    checks["kogc 1 GPU"] = check_step(single, model, context, "cuda")
     rows.append(Row("kogc 1 GPU", time_steps(lambda i: single.launch(1 + i % 100, context + i), steps, reps, "cuda"),
                     extra={"floor_bytes": bytes_per_token(single, context + steps // 2)}))
     single = None
@@ -128,7 +137,8 @@ def run_bench_ranks(model_file: str, preset: str | None, gpus: int, one_gpu: boo
     per = "the whole model on one GPU" if one_gpu is True else "one GPU's share"
     res = {"config": cfg, "floor": {"bytes_per_token": floor_bytes, "read_bw_Bps": bw, "read_bw_readings_Bps": readings,
                                     "ms": floor_bytes / bw * 1e3, "per": per},
-           "rows": [r.to_dict(floor_bytes) for r in rows], "remote_waits": waits,
+           "rows": [r.to_dict(floor_bytes) for r in rows], "remote_waits": waits, "checks": checks,
+           "passed": all(c["ok"] for c in checks.values()),
            "seconds": time.perf_counter() - t0}
     if prof is not None:
         res["profile"] = prof
