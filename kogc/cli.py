@@ -322,7 +322,7 @@ def cmd_bench(args) -> int:
         print(format_scaling(res))
         if args.json:
             _write_json(res, args.json)
-        return 0
+        return 0 if res["passed"] else 1
     if len(contexts) > 1 or len(presets) > 1:
         return _fail("several presets or contexts are the scaling table: add --scaling")
     preset = presets[0] if presets and not args.checkpoint else None    # None: the model file's or directory's own

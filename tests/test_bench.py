@@ -41,6 +41,9 @@ def test_bench_fails_when_the_kernel_computes_something_else(monkeypatch, capsys
     rc = main(["bench", MICRO, "--config", "micro", "--context", "8", "--steps", "1", "--reps", "1", "--interpret",
                "--baselines", ""])
     assert rc == 1 and "FAILED" in capsys.readouterr().out
+    rc = main(["bench", MICRO, "--scaling", "--config", "micro", "--context", "8", "--steps", "1", "--reps", "1",
+               "--interpret"])
+    assert rc == 1 and "FAILED" in capsys.readouterr().out
 
 
 @CPU_ONLY
@@ -59,6 +62,8 @@ def test_scaling_table_under_the_interpreter(tmp_path, capsys):
     assert rows[("micro", 9)]["floor_bytes"] > rows[("micro", 4)]["floor_bytes"]          # the cache read grows
     assert rows[("micro2", 4)]["floor_bytes"] > rows[("micro", 4)]["floor_bytes"]         # and the weights
     assert "| preset | parameters | context |" in text and text.count("| micro") == 4
+    assert res["passed"] and all(r["check"]["ok"] and r["check"]["position"] == r["context"] for r in res["rows"])
+    assert text.count("same token |") == 4         # each row checked against eager before it was timed
 
 
 @CPU_ONLY
