@@ -54,9 +54,6 @@ def bench_ranks(args, preset: str | None, context: int, overrides: dict) -> int:
     if args.mirror:
         print(mirror_speedup(res))
     print(format_remote_waits(res))
-    if args.mirror:
-        print("(the mirrored rank computes a model whose lane groups are copies of rank 0's: not checked against "
-              "eager; the one-GPU kernel is)")
     if args.json:
         write_json(res, args.json)
         print(f"wrote {args.json}", file=sys.stderr)

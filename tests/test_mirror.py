@@ -165,3 +165,20 @@ def test_mirror_options_that_do_not_go_together_are_refused(argv, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("kogc: error: ") and ("--mirror" in err[0] or "--gpus" in err[0]), err
+
+
+def test_the_bench_checks_a_mirrored_rank_against_the_model_it_computes():
+    """`kogc bench --gpus G --mirror`'s check (kogc.bench.against_eager): with every lane group's weights and
+    random cache made copies of rank 0's, the mirrored rank's step equals eager's on rank 0's vocabulary shard;
+    with the cache's lane groups left as drawn it does not (the check can fail)."""
+    from kogc.bench.against_eager import check_step, mirror_lane_groups
+    from kogc.runtime.kernel import fill_kv_from, kv_cache_buffers, randomize_kv
+    model = tiny(seed=5, **L8, num_hidden_layers=2)
+    ck = kogc.compile(model, gpus=2, one_gpu="mirror", tile_config=ONE_SPLIT)
+    randomize_kv(kv_cache_buffers(ck.ir, model), 6, torch.Generator().manual_seed(5))
+    fill_kv_from(ck, model)
+    assert not check_step(ck, model, 6, "cpu", mirror_of=2)["ok"]    # other lane groups' weights and cache
+    mirror_lane_groups(model, 2)
+    fill_kv_from(ck, model)
+    c = check_step(ck, model, 6, "cpu", mirror_of=2)
+    assert c["ok"] and c["rel_err"] < 1e-5 and c["token"] == c["eager_token"], c

@@ -8,13 +8,16 @@ import copy
 import torch
 
 from ..check import TIE_ULPS, _miss, default_max_rel_err, rel_err, tie_dtype
+from ..ir.shard import vocab_shard
 
 TOKEN = 7       # the token of the checked step
 
 
-def check_step(ck, model: torch.nn.Module, context: int, device: str) -> dict:
+def check_step(ck, model: torch.nn.Module, context: int, device: str, mirror_of: int = 0) -> dict:
     """Run one step of `ck` (token TOKEN at position `context`, its cache filled from `model`'s) and the
-    same step eagerly. Both write the cache row at `context` only, which every later step rewrites."""
+    same step eagerly. Both write the cache row at `context` only, which every later step rewrites.
+    mirror_of=G: `ck` is rank 0 of G with its peers mirrored (kogc.runtime.ranks.mirror_rank), `model` the one
+    it computes (mirror_lane_groups): compared on rank 0's vocabulary shard."""
     logits, tok = ck.step(TOKEN, context)
     m = reference_module(model, stored_weights(ck), ck.ir)
     dtype = next(model.parameters()).dtype
@@ -23,11 +26,22 @@ def check_step(ck, model: torch.nn.Module, context: int, device: str) -> dict:
         ref, ref_tok = m(torch.tensor(TOKEN, device=device), torch.tensor(context, device=device))
         ref = ref.float().cpu()
         m.to("cpu")
+    if mirror_of:
+        ref = ref[:vocab_shard(ref.shape[0], mirror_of, 0)[1]]
+        ref_tok = ref.argmax()
     limit = default_max_rel_err(dtype)
     err = rel_err(logits.float().cpu(), ref)
     miss = _miss(ref, tok, TIE_ULPS, tie_dtype(dtype))
     return {"position": context, "rel_err": err, "limit": limit, "token": tok, "eager_token": int(ref_tok),
             "argmax_miss": miss, "ok": err <= limit and miss is None}
+
+
+def mirror_lane_groups(model: torch.nn.Module, gpus: int) -> None:
+    """In place: every lane group's weights and KV cache made a copy of rank 0's, the model that rank 0 of
+    `gpus` with its peers mirrored computes (kogc.runtime.ranks.copy_lane_groups)."""
+    from ..frontend import to_ir
+    from ..runtime.ranks import copy_lane_groups
+    copy_lane_groups(to_ir(model), {**dict(model.named_parameters()), **dict(model.named_buffers())}, gpus)
 
 
 def stored_weights(ck) -> str:

@@ -15,7 +15,7 @@ import time
 
 import torch
 
-from .against_eager import check_step
+from .against_eager import check_step, mirror_lane_groups
 from .measure import Row, bytes_per_token, read_bandwidth, time_steps
 
 
@@ -97,12 +97,12 @@ def run_bench_ranks(model_file: str, preset: str | None, gpus: int, one_gpu: boo
     gen = torch.Generator().manual_seed(seed + 1)      # a random cache up to the context, for every stack
     randomize_kv(kv_cache_buffers(kernels[0].ir, model), context, gen)
     floor_bytes = sum(bytes_per_token(k, context + steps // 2) for k in kernels)
-    checks = {}
-    if not mirror:         # (a mirrored rank computes another model: its lane groups are copies of rank 0's)
-        for k in kernels:
-            fill_kv_from(k, model)
-        say(f"checking one step of the {gpus} ranks against eager at position {context}")
-        checks[label] = check_step(ck, model, context, "cuda")
+    if mirror:     # the model the mirrored rank computes, for its check and, timed alike, the one-GPU kernel's
+        mirror_lane_groups(model, gpus)
+    for k in kernels:
+        fill_kv_from(k, model)
+    say(f"checking one step of {label} against eager at position {context}")
+    checks = {label: check_step(ck, model, context, "cuda", mirror_of=gpus if mirror else 0)}
     kogc_rows(ck)
     say("profiling one step of the ranks")
     pk = kogc_compile(model, gpus=gpus, one_gpu=one_gpu, profile=profile, **options)
