@@ -372,3 +372,17 @@ def test_bench_of_ranks_checks_them_and_the_one_gpu_kernel_against_eager(tmp_pat
     assert rc == 0 and res["passed"], text
     assert all(c["rel_err"] < 1e-4 and c["token"] == c["eager_token"] for c in res["checks"].values())
     assert "kogc 2 ranks against eager at position 16: rel err" in text
+
+
+@pytest.mark.gpu
+def test_bench_of_a_mirrored_rank_checks_it_on_the_model_it_computes(tmp_path, capsys):
+    """`kogc bench --gpus 2 --mirror`: the mirrored rank checked against eager on the model with rank 0's lane
+    groups copied (rank 0's vocabulary shard), the one-GPU kernel on that same model."""
+    out = tmp_path / "mirror.json"
+    rc = main(["bench", MODEL_FILE, "--config", "tiny", "--gpus", "2", "--mirror", "--context", "16", "--steps", "4",
+               "--reps", "1", "--json", str(out)])
+    text = capsys.readouterr().out
+    res = json.loads(out.read_text())
+    assert set(res["checks"]) == {"kogc rank 0 of 2, mirrored", "kogc 1 GPU"}
+    assert rc == 0 and res["passed"], text
+    assert all(c["rel_err"] < 1e-4 for c in res["checks"].values())
