@@ -181,6 +181,9 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--remote-us", metavar="US[,US...]",
                    help="replay of a mirrored rank's profile (kogc bench --gpus G --mirror): also with every wait on "
                         "a peer's sum taking these latencies (a hop across GPUs), e.g. 1,3,5")
+    a.add_argument("--scale-bodies", type=float, metavar="F",
+                   help="replay: also with one task kind's bodies scaled by F at a time (e.g. 0.5), the rest as "
+                        "measured: which kinds' bodies the step waits for")
     a.add_argument("--json", help="also write the results to this file")
     n = sub.add_parser("inspect", help="what the compiler made and where the time went (no GPU): summary, a "
                                        "task, a queue, a layer's graph, a profile's timeline, trace and roofline",
@@ -413,7 +416,8 @@ def cmd_analyze(args) -> int:
                         first_layers_n=args.first_layers, model_file=args.model_file, preset=args.config,
                         checkpoint=args.checkpoint, lanes=args.lanes, tile_config=_tile_json(args),
                         target=args.target, num_programs=args.programs, place_with=args.place_with,
-                        remote_us=_floats(args.remote_us, "--remote-us") if args.remote_us else ())
+                        remote_us=_floats(args.remote_us, "--remote-us") if args.remote_us else (),
+                        body_scale=args.scale_bodies)
     print(text)
     if args.json:
         _write_json(res, args.json)

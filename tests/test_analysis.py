@@ -223,6 +223,24 @@ def test_analyze_command(stamps_file, tmp_path, capsys, what, expect):
         assert "overheads x0.0, notify x1.0" in text
 
 
+def test_replay_with_one_kinds_bodies_scaled(stamps_file, tmp_path, capsys):
+    """--scale-bodies F: every kind replayed with its bodies x F; shorter bodies never lengthen the step, and
+    with no bodies at all for the kind on the step's end (the argmax) the step ends earlier."""
+    path = stamps_file[0]
+    out = tmp_path / "k.json"
+    assert main(["analyze", "replay", path, "--scale-bodies", "0", "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    w = json.loads(out.read_text())["with_overheads"]
+    kinds = {x["kind"]: x for x in w["by_kind"]}
+    assert w["body_scale"] == 0 and "argmax" in kinds and sum(x["tasks"] for x in kinds.values()) > len(kinds)
+    assert all(x["as_scheduled_us"] <= w["as_scheduled_us"] + 1e-9 for x in kinds.values())
+    assert kinds["argmax"]["as_scheduled_us"] < w["as_scheduled_us"]
+    assert [x["as_scheduled_us"] for x in w["by_kind"]] == sorted(x["as_scheduled_us"] for x in w["by_kind"])
+    assert "one kind's bodies x0 at a time" in text
+    assert main(["analyze", "chain", path, "--scale-bodies", "0.5"]) == 2
+    assert "--scale-bodies F (F >= 0) goes with replay" in capsys.readouterr().err
+
+
 def test_analyze_refuses_another_schedule_and_bad_files(stamps_file, tmp_path, capsys):
     path = stamps_file[0]
     for argv, message in [

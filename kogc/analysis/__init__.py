@@ -16,10 +16,12 @@ ANALYSES = ("replay", "chain", "phases")
 
 
 def analyze(what: str, path: str, latencies: list[float] | None = None, first_layers_n: int = 0,
-            place_with: str | None = None, remote_us: list[float] = (), **schedule_args) -> tuple[dict, str]:
+            place_with: str | None = None, remote_us: list[float] = (), body_scale: float | None = None,
+            **schedule_args) -> tuple[dict, str]:
     """One analysis of a task-times file: (results, text). schedule_args: see stamps.schedule_for.
     place_with (replay only): TileConfig fields as JSON, over the profiled ones, for another placement of
-    the same tasks, replayed with the profile's times beside the profiled one."""
+    the same tasks, replayed with the profile's times beside the profiled one. body_scale (replay only): also
+    each task kind's bodies scaled by it, one kind at a time."""
     from ..runtime.profile import format_summary, summarize_times
     if what not in ANALYSES:
         raise ValueError(f"unknown analysis {what!r}; known: {', '.join(ANALYSES)}")
@@ -27,12 +29,14 @@ def analyze(what: str, path: str, latencies: list[float] | None = None, first_la
     latencies = latencies or [1.0]
     if place_with is not None and what != "replay":
         raise KogcError("--place-with goes with replay")
+    if body_scale is not None and (what != "replay" or body_scale < 0):
+        raise KogcError("--scale-bodies F (F >= 0) goes with replay")
     if remote_us and (what != "replay" or not meta.get("mirror_of")):
         raise KogcError("--remote-us goes with replay of a mirrored rank's profile (kogc bench --gpus G --mirror "
                         "--profile --task-times FILE)")
     if what == "replay":
         summary = summarize_times(schedule, ids, ts)
-        res = {"summary": summary, **replay(schedule, ids, ts, latencies, remote_us)}
+        res = {"summary": summary, **replay(schedule, ids, ts, latencies, remote_us, body_scale)}
         if place_with is not None:
             res["placed_with"] = _placed_with(schedule, ids, ts, meta, place_with, schedule_args)
         return res, format_summary(summary) + "\n" + format_replay(res)

@@ -17,7 +17,7 @@ graph, no GPU needed:
 """
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 
 import numpy as np
 
@@ -102,11 +102,13 @@ def measured_overheads(schedule, ids: np.ndarray, ts: np.ndarray, others=(), upt
     return (per_task(schedule), float(np.median(waited)) if len(waited) else 0.0, *map(per_task, others))
 
 
-def replay(schedule, ids: np.ndarray, ts: np.ndarray, latencies: list[float], remote_us: list[float] = ()) -> dict:
+def replay(schedule, ids: np.ndarray, ts: np.ndarray, latencies: list[float], remote_us: list[float] = (),
+           body_scale: float | None = None) -> dict:
     """Every replay of one profiled step: the measured span, perfect balance, as scheduled and the
     chain at each hop latency, and as scheduled with the measured overheads. A mirrored rank's profile
     (kogc bench --gpus G --mirror) with `remote_us`: also with every wait on a received sum taking each
-    of those latencies (a hop across GPUs) instead of the measured notify."""
+    of those latencies (a hop across GPUs) instead of the measured notify. With `body_scale`: also, one
+    task kind at a time, with that kind's bodies scaled by it (which kinds' bodies the step waits for)."""
     from .stamps import body_us
     task_us = body_us(schedule, ids, ts)
     rows = []
@@ -129,6 +131,12 @@ def replay(schedule, ids: np.ndarray, ts: np.ndarray, latencies: list[float], re
         w["remote"] = [{"remote_us": r, "as_scheduled_us": longest_path(schedule, task_us, notify, True, over,
                                                                         dict.fromkeys(stand_ins, r))[0]}
                        for r in remote_us]
+    if body_scale is not None:
+        w["body_scale"] = body_scale
+        w["by_kind"] = sorted(({"kind": k, "tasks": n, "as_scheduled_us": longest_path(
+            schedule, [u * body_scale if kind_key(t) == k else u for u, t in zip(task_us, schedule.tasks)],
+            notify, True, over)[0]} for k, n in Counter(kind_key(t) for t in schedule.tasks).items()),
+            key=lambda x: x["as_scheduled_us"])
     if ts.shape[1] >= 9 and (ts[:, 8] > 0).any():
         table = measured_overheads(schedule, ids, ts, upto=8, split=split)[0]
         w["table_per_program_us"] = _per_program_mean(schedule, table)
@@ -186,6 +194,12 @@ def format_replay(r: dict) -> str:
         lines.append(f"  the starts' table reads alone (start to the wait's table fields, {w['table_per_program_us']:.1f} us "
                      f"a program) free: {w['table_free_us']:.1f} us "
                      f"({w['table_free_us'] / w['as_scheduled_us'] - 1:+.1%})")
+    if "by_kind" in w:
+        lines.append(f"  one kind's bodies x{w['body_scale']:g} at a time (the rest as measured):")
+        for x in w["by_kind"]:
+            lines.append(f"    {x['kind']:34} {x['tasks']:7} tasks: {x['as_scheduled_us']:.1f} us "
+                         f"({x['as_scheduled_us'] / w['as_scheduled_us'] - 1:+.1%})")
+        lines.append("    (the queues and waits as profiled: an upper bound where a kind's tasks share HBM)")
     for x in w.get("remote", []):
         lines.append(f"  every wait on a peer's sum {x['remote_us']:g} us (a hop across GPUs): {x['as_scheduled_us']:.1f} us "
                      f"({x['as_scheduled_us'] / w['as_scheduled_us'] - 1:+.1%})")
