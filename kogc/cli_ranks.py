@@ -88,12 +88,18 @@ def start_ranks(args):
     return distributed.relaunch(args.gpus, args.argv)
 
 
-def _bodies_from(path: str) -> dict:
-    """Per kind, the median body of the profiled step in a task-times file."""
+def _bodies_from(path: str) -> tuple[dict, bool]:
+    """Per kind, the median body of the profiled step in a task-times file; and whether the profile is a
+    detail one (kogc bench --profile detail), as the model's own bodies are."""
     from .analysis.stamps import load_profiled
     from .analysis.stream import body_times_from_stamps
     schedule, ids, ts, _ = load_profiled(path)
-    return body_times_from_stamps(schedule, ids, ts)
+    return body_times_from_stamps(schedule, ids, ts), ts.shape[1] >= 5
+
+# why a plain profile's bodies read optimistic (docs/multi-gpu.md, The speed model)
+PLAIN_BODIES = ("note: bodies of a plain profile; the model was fitted with a detail profile's (kogc bench --profile "
+                "detail), whose longer bodies stand in for the late waits it lacks: with a plain profile's it reads "
+                "optimistic (laneformer-2b at 8 GPUs: -16%)")
 
 
 def cmd_predict(args) -> int:
@@ -114,8 +120,10 @@ def cmd_predict(args) -> int:
     graph = to_ir(model)
     cfg = tile_config_for(model, target, _tile_config(args.tile_config), weights=args.weights)
     params = StreamParams(hop_us=args.local_us)
+    detail = True
     if args.bodies:
-        params.body_us.update(_bodies_from(args.bodies))
+        bodies, detail = _bodies_from(args.bodies)
+        params.body_us.update(bodies)
     rows = predict(graph, target, cfg, gpus, params, args.remote_us, args.measured_ms,
                    progress=lambda G: _progress(gpus.index(G) + 1, len(gpus), f"replaying {G} rank(s)", t0))
     print(f"{args.checkpoint or args.config} on {target.name}: hop {args.local_us:g} us within a GPU, "
@@ -124,8 +132,11 @@ def cmd_predict(args) -> int:
         extra = (f"; calibrated by the measured one-GPU step (x{r['calibration']:.3f}): {r['predicted_ms']:.3f} ms, "
                  f"{r['predicted_tok_s']:.0f} tok/s") if "predicted_ms" in r else ""
         print(f"  {r['gpus']} GPU(s): {r['model_ms']:.3f} ms, {r['model_tok_s']:.0f} tok/s{extra}")
+    if not detail:
+        print(PLAIN_BODIES)
     if args.json:
         _write_json({"config": args.config, "target": target.name, "local_us": args.local_us,
-                     "remote_us": args.remote_us, "bodies": args.bodies, "measured_one_gpu_ms": args.measured_ms,
+                     "remote_us": args.remote_us, "bodies": args.bodies, "bodies_detail": detail,
+                     "measured_one_gpu_ms": args.measured_ms,
                      "rows": rows}, args.json)
     return 0

@@ -172,12 +172,10 @@ def test_first_layers_weight_rate_and_tail(sequential):
     assert all(spans[k] == (where[k][0] * 1.5, where[k][-1] * 1.5 + 1.5) for k in TAIL_KINDS)
 
 
-@pytest.fixture(scope="module")
-def stamps_file(tmp_path_factory):
-    """A task-times file as kogc bench / sweep write it (save_stamps), for tiny on 4 programs, with a
-    played timeline in place of a GPU's stamps."""
-    s = schedule_for(META)
-    ids, ts = played(s)
+def played_stamps(s, path: str, stamps_schedule=None, **record) -> tuple[str, np.ndarray, np.ndarray]:
+    """A task-times file as kogc bench / sweep write it (save_stamps) for schedule `s`, with a played
+    timeline (of `stamps_schedule`, default s) in place of a GPU's stamps: (its path, ids, stamps)."""
+    ids, ts = played(stamps_schedule or s)
     prof = np.zeros((len(s.queues), max(len(q) for q in s.queues), 3), dtype=np.int64)
     j = 0
     for p, q in enumerate(s.queues):
@@ -185,7 +183,17 @@ def stamps_file(tmp_path_factory):
         j += len(q)
     ck = types.SimpleNamespace(schedule=s, buffers=types.SimpleNamespace(PROF=types.SimpleNamespace(
         cpu=lambda: types.SimpleNamespace(numpy=lambda: prof))))
-    path = save_stamps(ck, str(tmp_path_factory.mktemp("stamps") / "task-times"), model_file=MODEL_FILE, preset="tiny")
+    if stamps_schedule is not None:         # as mirror_rank's kernel holds it
+        ck.stamps_schedule = stamps_schedule
+    return save_stamps(ck, path, **record), ids, ts
+
+
+@pytest.fixture(scope="module")
+def stamps_file(tmp_path_factory):
+    """A task-times file for tiny on 4 programs (played_stamps)."""
+    s = schedule_for(META)
+    path, ids, ts = played_stamps(s, str(tmp_path_factory.mktemp("stamps") / "task-times"), model_file=MODEL_FILE,
+                                  preset="tiny")
     return path, s, ids, ts
 
 

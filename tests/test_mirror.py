@@ -1,9 +1,7 @@
 """A rank run alone with its peers mirrored (`kogc bench --gpus G --mirror`): under the interpreter it
 computes the model whose lane groups are copies of rank 0's, and its proof refuses what it cannot run."""
 import dataclasses
-import types
 
-import numpy as np
 import pytest
 import torch
 
@@ -71,9 +69,9 @@ def test_the_mirror_refuses_a_rank_it_cannot_run():
 def test_a_mirrored_rank_profile_reads_as_one_gpus(tmp_path, capsys):
     """The mirror's stamps (here a timeline played by the kernel's rules) are summarised and written
     like one GPU's, and `kogc analyze` builds the mirrored rank's schedule again from the file."""
-    from test_analysis import played
+    from test_analysis import played_stamps
 
-    from kogc.analysis import load_stamps, save_stamps
+    from kogc.analysis import load_stamps
     from kogc.cli import main
     from kogc.runtime.profile import summarize_times
     from conftest import MODEL_FILE
@@ -84,17 +82,10 @@ def test_a_mirrored_rank_profile_reads_as_one_gpus(tmp_path, capsys):
     assert all(g < s.first_remote for t in m.tasks for g, _ in t.waits)
     assert exchange_events(m) == {s.tasks[x.sends[0]].group for x in s.exchanges}
     assert any(g in exchange_events(m) for t in m.tasks for g, _ in t.waits)
-    ids, ts = played(m)
+    path, ids, ts = played_stamps(s, str(tmp_path / "mirror"), stamps_schedule=m, model_file=MODEL_FILE, preset="tiny",
+                                  overrides=overrides)
     summary = summarize_times(m, ids, ts)
     assert summary["per_kind"]["send"]["tasks"] > 0 and summary["span_us"] > 0
-    prof = np.zeros((len(s.queues), max(len(q) for q in s.queues), 3), dtype=np.int64)
-    j = 0
-    for p, q in enumerate(s.queues):
-        prof[p, :len(q)] = ts[j:j + len(q)] + 1_000_000
-        j += len(q)
-    ck = types.SimpleNamespace(schedule=s, stamps_schedule=m, buffers=types.SimpleNamespace(PROF=types.SimpleNamespace(
-        cpu=lambda: types.SimpleNamespace(numpy=lambda: prof))))     # as mirror_rank's kernel holds them
-    path = save_stamps(ck, str(tmp_path / "mirror"), model_file=MODEL_FILE, preset="tiny", overrides=overrides)
     assert load_stamps(path)[2]["mirror_of"] == 2
     assert main(["analyze", "replay", path]) == 0
     assert "step span" in capsys.readouterr().out

@@ -208,6 +208,16 @@ def test_cli_predict_replays_the_ranks(tmp_path, capsys):
     assert [r["gpus"] for r in rows] == [1, 2] and rows[0]["predicted_ms"] == pytest.approx(1.0)
     assert all(r["model_us"] > 0 for r in rows)
     assert "2 GPU(s)" in capsys.readouterr().out
+    # bodies from a plain profile (three stamps a task): predicted, with a note that they read optimistic
+    from test_analysis import played_stamps
+    from kogc.frontend import to_ir
+    from kogc.scheduler import build_schedule
+    from kogc.targets import get_target
+    s = build_schedule(to_ir(tiny()), get_target("h200"), num_programs=4)
+    plain = played_stamps(s, str(tmp_path / "plain"), model_file=MODEL_FILE, preset="tiny")[0]
+    assert main(["predict", MODEL_FILE, "--config", "tiny", "--gpus", "1", "--bodies", plain, "--json", str(out)]) == 0
+    assert "bodies of a plain profile" in capsys.readouterr().out
+    assert json.loads(out.read_text())["bodies_detail"] is False
     # a task-times file that is not one: one clear error, exit 2
     bad = tmp_path / "x.npz"
     bad.write_bytes(b"not an npz")
