@@ -36,7 +36,7 @@ class TileConfig:
                                       # task combines in its prologue; wider, the last split of each KV head to
                                       # finish combines them into o, read as a plain vector (Llama-3.2-1B's
                                       # 2048: -7.8%; the Laneformer presets' 128-512 combining so: +3.5-5.7%)
-    combine_1d: int = 0               # candidate, not yet timed on a GPU (docs/design.md, Candidates): 1, the
+    combine_1d: int = 0               # candidate, not yet timed on a GPU (docs/design.md, Settings): 1, the
                                       # attention splits' combine one split at a time over 1-D vectors; 0, as a
                                       # [splits, width] tensor reduced over the splits
     mlp_pair_inputs: int = 1024       # W1 and W3 run as one task per (gate, up) row pair storing silu(gate) * up
