@@ -360,29 +360,18 @@ def test_detail_profile_splits_a_tasks_start():
 
 
 @pytest.mark.gpu
-def test_bench_of_ranks_checks_them_and_the_one_gpu_kernel_against_eager(tmp_path, capsys):
-    """`kogc bench --gpus 2 --one-gpu`: both ranks on this GPU; before timing, one step of the ranks and one
-    of the one-GPU kernel are checked against eager, and the command's exit code says whether they passed."""
+@pytest.mark.parametrize("how, label", [("--one-gpu", "kogc 2 ranks"), ("--mirror", "kogc rank 0 of 2, mirrored")])
+def test_bench_of_ranks_checks_them_and_the_one_gpu_kernel_against_eager(tmp_path, capsys, how, label):
+    """`kogc bench --gpus 2` with both ranks on this GPU, or rank 0 with its peers mirrored (checked on the model
+    it computes, rank 0's lane groups copied, on rank 0's vocabulary shard; the one-GPU kernel on that model too):
+    before timing, one step of the ranks and one of the one-GPU kernel are checked against eager, and the
+    command's exit code says whether they passed."""
     out = tmp_path / "ranks.json"
-    rc = main(["bench", MODEL_FILE, "--config", "tiny", "--gpus", "2", "--one-gpu", "--context", "16", "--steps", "4",
+    rc = main(["bench", MODEL_FILE, "--config", "tiny", "--gpus", "2", how, "--context", "16", "--steps", "4",
                "--reps", "1", "--json", str(out)])
     text = capsys.readouterr().out
     res = json.loads(out.read_text())
-    assert set(res["checks"]) == {"kogc 2 ranks", "kogc 1 GPU"}
+    assert set(res["checks"]) == {label, "kogc 1 GPU"}
     assert rc == 0 and res["passed"], text
     assert all(c["rel_err"] < 1e-4 and c["token"] == c["eager_token"] for c in res["checks"].values())
-    assert "kogc 2 ranks against eager at position 16: rel err" in text
-
-
-@pytest.mark.gpu
-def test_bench_of_a_mirrored_rank_checks_it_on_the_model_it_computes(tmp_path, capsys):
-    """`kogc bench --gpus 2 --mirror`: the mirrored rank checked against eager on the model with rank 0's lane
-    groups copied (rank 0's vocabulary shard), the one-GPU kernel on that same model."""
-    out = tmp_path / "mirror.json"
-    rc = main(["bench", MODEL_FILE, "--config", "tiny", "--gpus", "2", "--mirror", "--context", "16", "--steps", "4",
-               "--reps", "1", "--json", str(out)])
-    text = capsys.readouterr().out
-    res = json.loads(out.read_text())
-    assert set(res["checks"]) == {"kogc rank 0 of 2, mirrored", "kogc 1 GPU"}
-    assert rc == 0 and res["passed"], text
-    assert all(c["rel_err"] < 1e-4 for c in res["checks"].values())
+    assert f"{label} against eager at position 16: rel err" in text
