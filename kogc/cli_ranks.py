@@ -96,6 +96,7 @@ def _bodies_from(path: str) -> tuple[dict, bool]:
     schedule, ids, ts, _ = load_profiled(path)
     return body_times_from_stamps(schedule, ids, ts), ts.shape[1] >= 5
 
+
 # why a plain profile's bodies read optimistic (docs/multi-gpu.md, The speed model)
 PLAIN_BODIES = ("note: bodies of a plain profile; the model was fitted with a detail profile's (kogc bench --profile "
                 "detail), whose longer bodies stand in for the late waits it lacks: with a plain profile's it reads "

@@ -65,11 +65,16 @@ def reference_module(model: torch.nn.Module, weights: str, graph) -> torch.nn.Mo
     return m
 
 
+def token_words(c: dict) -> str:
+    """Whether a check's token is eager's, in a few words."""
+    return ("the same token" if c["token"] == c["eager_token"] else
+            "another token within a tie" if c["argmax_miss"] is None else
+            f"ANOTHER TOKEN ({c['token']} against {c['eager_token']})")
+
+
 def format_check(name: str, c: dict) -> str:
     """One line of the bench's table."""
-    token = ("the same token" if c["token"] == c["eager_token"] else
-             "another token within a tie" if c["argmax_miss"] is None else
-             f"ANOTHER TOKEN ({c['token']} against {c['eager_token']})")
+    token = token_words(c)
     verdict = "ok" if c["ok"] else "FAILED"
     return (f"{name} against eager at position {c['position']}: rel err {c['rel_err']:.1e} (limit "
             f"{c['limit']:.0e}), {token}: {verdict}")

@@ -13,7 +13,7 @@ import time
 import torch
 
 from ..errors import KogcError
-from .against_eager import check_step
+from .against_eager import check_step, token_words
 from .measure import bytes_per_token, read_bandwidth, time_steps
 
 
@@ -91,9 +91,7 @@ def format_scaling(res: dict) -> str:
 
 def _verdict(check: dict) -> str:
     """A row's check in a few words: the logits' relative error and whether the token is eager's."""
-    token = ("same token" if check["token"] == check["eager_token"] else
-             "token within a tie" if check["argmax_miss"] is None else "OTHER TOKEN")
-    return f"{check['rel_err']:.1e}, {token}{'' if check['ok'] else ': FAILED'}"
+    return f"{check['rel_err']:.1e}, {token_words(check)}{'' if check['ok'] else ': FAILED'}"
 
 
 def _say(msg: str, quiet: bool) -> None:

@@ -70,6 +70,8 @@ def validate(cfg: TileConfig, target=None) -> TileConfig:
     if not isinstance(cfg.attn_combine_width, int) or not 0 <= cfg.attn_combine_width <= MAX_COMBINE_WIDTH:
         bad("attn_combine_width", f"must be a width from 0 to {MAX_COMBINE_WIDTH} (wider combines in the output "
             "projection's prologue do not fit the registers beside a weight tile)")
+    if cfg.combine_1d not in (0, 1):
+        bad("combine_1d", "must be 0 or 1")
     if not isinstance(cfg.mlp_pair_inputs, int) or cfg.mlp_pair_inputs < 0:
         bad("mlp_pair_inputs", "must be a number of inputs >= 0")
     if cfg.weights not in WEIGHT_FORMATS:
