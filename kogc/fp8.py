@@ -62,20 +62,32 @@ class Fp8Weight:
         return Fp8Weight((self.q.float() * 2).to(want), self.scale.float() / 2, self.keep)   # FNUZ -> FN: exact too
 
 
+QUANTIZE_CHUNK = 1 << 22     # elements widened to fp32 at a time: a chunk's passes stay in the caches
+
+
 def quantize(w: torch.Tensor, fmt: str = "e4m3fn") -> Fp8Weight:
     """Round `w` [..., rows, K] to FP8 with one fp32 scale per row (the largest magnitude maps to the
-    format's largest value; a row of zeros gets scale 1)."""
+    format's largest value; a row of zeros gets scale 1). In chunks of rows, in place: the same values as
+    one pass over the whole widened tensor, several times faster on large weights (packing a 7B model)."""
     dtype = FORMATS[fmt]
-    w = w.detach().float()
-    scale = _row_scales(w, dtype)
-    q = (w / scale[..., None]).clamp(-torch.finfo(dtype).max, torch.finfo(dtype).max).to(dtype)
-    return Fp8Weight(q, scale)
+    big = torch.finfo(dtype).max
+    rows = w.detach().reshape(-1, w.shape[-1])
+    q = torch.empty(rows.shape, dtype=dtype, device=w.device)
+    scale = torch.empty(rows.shape[0], dtype=torch.float32, device=w.device)
+    step = max(1, QUANTIZE_CHUNK // max(rows.shape[1], 1))
+    for r in range(0, rows.shape[0], step):
+        wf = rows[r:r + step].to(torch.float32, copy=True)      # (a copy even of fp32: divided in place)
+        s = _row_scales(wf, dtype)
+        scale[r:r + step] = s
+        q[r:r + step] = wf.div_(s[:, None]).clamp_(-big, big)
+    return Fp8Weight(q.reshape(w.shape), scale.reshape(w.shape[:-1]))
 
 
 def _row_scales(w: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """One scale per row, in w's precision: the row's largest magnitude maps to the format's largest
     value; a row of zeros gets 1."""
-    amax = w.abs().amax(-1)
+    lo, hi = w.aminmax(dim=-1)          # (no |w| copy)
+    amax = torch.maximum(-lo, hi)
     return torch.where(amax > 0, amax / torch.finfo(dtype).max, torch.ones_like(amax))
 
 

@@ -36,6 +36,26 @@ def test_quantize_per_row():
                                                                                  wide[:, :128])
 
 
+@pytest.mark.parametrize("shape, dtype", [((70, 33), torch.float32), ((2, 40, 96), torch.float16),
+                                          ((9, 130), torch.bfloat16)])
+def test_quantize_in_chunks_equals_one_pass(monkeypatch, shape, dtype):
+    """Chunks of rows (a few rows each here) give the bytes and scales of one pass over the whole widened
+    weight, and leave the weight as it was (an fp32 weight's chunks are copies, divided in place)."""
+    import kogc.fp8
+    monkeypatch.setattr(kogc.fp8, "QUANTIZE_CHUNK", 200)
+    w = torch.randn(shape, generator=torch.Generator().manual_seed(1)).to(dtype)
+    w[..., 3, :] = 0
+    before = w.clone()
+    for fmt, dt in (("e4m3fn", torch.float8_e4m3fn), ("e4m3fnuz", torch.float8_e4m3fnuz)):
+        got = quantize(w, fmt)
+        wf = before.float()
+        amax = wf.abs().amax(-1)
+        scale = torch.where(amax > 0, amax / torch.finfo(dt).max, torch.ones_like(amax))
+        q = (wf / scale[..., None]).clamp(-torch.finfo(dt).max, torch.finfo(dt).max).to(dt)
+        assert torch.equal(got.q.view(torch.uint8), q.view(torch.uint8)) and torch.equal(got.scale, scale)
+        assert torch.equal(w, before)
+
+
 def test_fn_to_fnuz_is_exact():
     q = quantize(torch.randn(16, 32) * 3)
     z = q.to_format("e4m3fnuz")
