@@ -78,9 +78,7 @@ def run_bench_ranks(model_file: str, preset: str | None, gpus: int, one_gpu: boo
     readings = [read_bandwidth()]
     label = _label(gpus, mirror)
 
-    def kogc_rows(ck):
-        for k in _kernels(ck):
-            fill_kv_from(k, model)
+    def kogc_rows(ck):           # (its caches filled from the model's for the check before)
         launch = _launcher(ck)
         say(f"timing {label} ({steps} steps x {reps})")
         rows.append(Row(label, time_steps(lambda i: launch(1 + i % 100, context + i), steps, reps, "cuda")))
