@@ -192,7 +192,6 @@ def test_cli_tile_config(capsys):
                         ('[1]', "JSON object"), ('{"attn_impl": "dot"}', "unknown field(s) attn_impl"),
                         ('{"attn_splits": 3}', "attn_splits=3 must be 0 (chosen for the model) or a power of two"),
                         ('{"tile_bytes": 100}', "tile_bytes=100"),
-                        ('{"combine_1d": 2}', "combine_1d=2 must be 0 or 1"),
                         ('{"kind_us": {"attention": -1}}', "kind_us")):
         assert main(["compile", MODEL_FILE, "--target", "h200", "--config", "tiny", "--emit", "tasks",
                      "--tile-config", bad]) == 2

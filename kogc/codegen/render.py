@@ -40,7 +40,6 @@ def render(schedule: Schedule, kernel_name: str = KERNEL_NAME, interpret: bool =
         ralign=residual_alignment(schedule), halign=head_norm_alignment(schedule),
         prefetch_asm=schedule.target.l2_prefetch_asm, line_elems=128 // schedule.weight_esize,
         scaled=int(schedule.tile_config.weights == "fp8"), esize=schedule.weight_esize,
-        combine_1d=int(schedule.tile_config.combine_1d),
         # (a prefetch changes no value: left out under the interpreter, which has no inline assembly)
         step_prefetch_elems=0 if interpret else step_prefetch_elements(schedule), token_keys=T.TOKEN_KEYS,
         attn_prefetch=bool(schedule.target.l2_prefetch_asm) and not interpret,

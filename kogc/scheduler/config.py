@@ -36,9 +36,6 @@ class TileConfig:
                                       # task combines in its prologue; wider, the last split of each KV head to
                                       # finish combines them into o, read as a plain vector (Llama-3.2-1B's
                                       # 2048: -7.8%; the Laneformer presets' 128-512 combining so: +3.5-5.7%)
-    combine_1d: int = 0               # candidate, not yet timed on a GPU (docs/design.md, Settings): 1, the
-                                      # attention splits' combine one split at a time over 1-D vectors; 0, as a
-                                      # [splits, width] tensor reduced over the splits
     mlp_pair_inputs: int = 1024       # W1 and W3 run as one task per (gate, up) row pair storing silu(gate) * up
                                       # where W2 would read at least this many inputs per row of its tile
                                       # (Llama-3.2-1B's 4096: -11%; laneformer-2b's 64: slower); 0: always
@@ -70,8 +67,6 @@ def validate(cfg: TileConfig, target=None) -> TileConfig:
     if not isinstance(cfg.attn_combine_width, int) or not 0 <= cfg.attn_combine_width <= MAX_COMBINE_WIDTH:
         bad("attn_combine_width", f"must be a width from 0 to {MAX_COMBINE_WIDTH} (wider combines in the output "
             "projection's prologue do not fit the registers beside a weight tile)")
-    if cfg.combine_1d not in (0, 1):
-        bad("combine_1d", "must be 0 or 1")
     if not isinstance(cfg.mlp_pair_inputs, int) or cfg.mlp_pair_inputs < 0:
         bad("mlp_pair_inputs", "must be a number of inputs >= 0")
     if cfg.weights not in WEIGHT_FORMATS:
