@@ -192,7 +192,8 @@ def run_check(model_file: str, preset: str | None, steps: int = 256, generate: i
             full = None
             ck.reset()
         from .fp8 import fake_quantize_module
-        res["fake_quantized"] = len(fake_quantize_module(model, ck.ir, ck.schedule.weight_format))
+        fmt = (ck.schedules[0] if gpus > 1 else ck.schedule).weight_format     # (every rank's is the same)
+        res["fake_quantized"] = len(fake_quantize_module(model, ck.ir, fmt))
     ref32 = None
     if fp32_ref:
         ref32 = copy.deepcopy(model).float().to(device)
@@ -228,7 +229,9 @@ def run_check(model_file: str, preset: str | None, steps: int = 256, generate: i
             _progress(f"{gpus} ranks against the one-GPU kernel: {steps} steps, {generate} tokens, {repeats} "
                       f"repeated launches", quiet)
             ck.reset()
-            single = kogc_compile(model, interpret=interpret, tile_config=tile_config)
+            # the one-GPU kernel stores the weights as the ranks do (FP8: quantized again from the fake-quantized
+            # model, which gives the same codes and scales)
+            single = kogc_compile(model, interpret=interpret, tile_config=tile_config, weights=weights)
             res["single_gpu"] = s = _check_against_single(ck, single, steps, generate, prompt, ties, repeats)
             if s["steps"] and s["max_rel_err"] > limit:
                 failures.append(f"ranks vs one GPU: max relative error {s['max_rel_err']:.2e} > {limit:.0e}")

@@ -144,3 +144,13 @@ def test_laneformer_2b_generate_in_one_launch():
     assert res["passed"], res["failures"]
     assert g["tokens"] == 256 and not g["argmax_misses"] and g["step_loop_same_tokens"]
     assert g["generate_tok_per_s"] >= g["step_loop_tok_per_s"]
+
+
+def test_check_of_fp8_ranks_under_the_interpreter():
+    # FP8 weights on 2 ranks: eager runs the same quantized weights, and the ranks are compared with a one-GPU
+    # kernel that stores its weights as they do (FP8), not with the model's weights
+    res = run_check(MICRO, "micro", steps=1, generate=1, prompt=[3], interpret=True, quiet=True, gpus=2,
+                    weights="fp8", repeats=1, overrides={"num_lanes": 2})
+    assert res["passed"], res["failures"]
+    assert res["fake_quantized"] > 0 and res["max_rel_err"] < 1e-4
+    assert res["single_gpu"]["max_rel_err"] < 1e-5 and not res["single_gpu"]["argmax_misses"]

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Every measurement a machine of G GPUs is wanted for (docs/multi-gpu.md), in three device calls of at most
+# 10 minutes: run from the repository root, with OUT set to the folder the results go to.
+#
+#   bash experiments/multi_gpu_run.sh G correct    # the hop probe, then kogc check: 256 steps against eager and
+#                                                  # the one-GPU kernel, a 1,000-token one-launch generation,
+#                                                  # repeated launches (hangs counted)
+#   bash experiments/multi_gpu_run.sh G speed      # kogc bench for laneformer-2b and 7b at context 1024, each with
+#                                                  # the one-GPU kernel and the TP=G stack in the same run, and the
+#                                                  # ranks' waits on their peers from a profiled step
+#   bash experiments/multi_gpu_run.sh G fp8        # the same with FP8 weights for laneformer-2b: checked against
+#                                                  # eager and the one-GPU FP8 kernel, then timed
+#
+# Each command runs under its own time limit (a step that runs over leaves the others their time) and writes
+# NAME.log (with its exit code) and NAME.json under OUT; OUT/commands.txt lists what ran. On the CPU
+# afterwards: kogc predict --config laneformer-2b --gpus G --remote-us <the probe's 8 KB median> against the
+# bench's row (the speed model, docs/multi-gpu.md).
+set -u
+G=${1:?usage: multi_gpu_run.sh G correct|speed|fp8}
+PHASE=${2:?usage: multi_gpu_run.sh G correct|speed|fp8}
+: "${OUT:?set OUT to the folder the results go to}"
+export PYTHONPATH=${PYTHONPATH:-$PWD} CUDA_MODULE_LOADING=EAGER PYTHONUNBUFFERED=1
+
+step() {    # NAME SECONDS COMMAND...
+    local name=$1 limit=$2
+    shift 2
+    echo "$name (limit ${limit}s): $*" >> "$OUT/commands.txt"
+    local t0=$SECONDS
+    timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
+    local rc=$?
+    echo "rc=$rc after $((SECONDS - t0)) s" >> "$OUT/$name.log"
+    echo "== $name: rc=$rc after $((SECONDS - t0)) s"
+    tail -n 12 "$OUT/$name.log"
+}
+
+case $PHASE in
+correct)
+    nvidia-smi topo -m > "$OUT/topo.txt" 2>&1
+    # the probe needs two GPUs only: the first two of the machine
+    step hop-gpus 90 env CUDA_VISIBLE_DEVICES=0,1 torchrun --standalone --nproc-per-node 2 \
+        experiments/hop_probe_gpus.py --out "$OUT/hop-gpus.json"
+    step check-2b-g$G 420 python3 -m kogc check --config laneformer-2b --gpus "$G" --steps 256 --generate 1000 \
+        --json "$OUT/check-2b-g$G.json"
+    ;;
+speed)
+    step bench-2b-g$G 250 python3 -m kogc bench --config laneformer-2b --gpus "$G" --context 1024 --steps 100 \
+        --reps 5 --json "$OUT/bench-2b-g$G.json"
+    step bench-7b-g$G 320 python3 -m kogc bench --config laneformer-7b --gpus "$G" --context 1024 --steps 50 \
+        --reps 5 --json "$OUT/bench-7b-g$G.json"
+    ;;
+fp8)
+    step check-2b-fp8-g$G 240 python3 -m kogc check --config laneformer-2b --gpus "$G" --weights fp8 --steps 64 \
+        --generate 256 --json "$OUT/check-2b-fp8-g$G.json"
+    step bench-2b-fp8-g$G 300 python3 -m kogc bench --config laneformer-2b --gpus "$G" --weights fp8 --context 1024 \
+        --steps 100 --reps 5 --json "$OUT/bench-2b-fp8-g$G.json"
+    ;;
+*)
+    echo "phase must be correct, speed or fp8, not $PHASE" >&2
+    exit 2
+    ;;
+esac
