@@ -55,7 +55,8 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--gpus", type=int, default=1, metavar="G",
                    help="delayed tensor parallelism: one kernel per rank, the lanes spread over G GPUs; --out "
                         "writes OUT/rank0, OUT/rank1, ... (--emit prints rank 0's)")
-    b = sub.add_parser("bench", help="time kogc's kernel against eager, one CUDA graph and torch.compile",
+    b = sub.add_parser("bench", help="time kogc's kernel against eager, CUDA graphs, torch.compile and a "
+                                     "hand-written step of its shapes",
                        description="Measure, in one run on the same weights: kogc's monokernel, PyTorch eager "
                                    "(static KV cache), the whole step in one CUDA graph, torch.compile"
                                    "(max-autotune-no-cudagraphs) + one CUDA graph, and the memory floor; every "
