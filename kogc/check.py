@@ -192,8 +192,7 @@ def run_check(model_file: str, preset: str | None, steps: int = 256, generate: i
             full = None
             ck.reset()
         from .fp8 import fake_quantize_module
-        fmt = (ck.schedules[0] if gpus > 1 else ck.schedule).weight_format     # (every rank's is the same)
-        res["fake_quantized"] = len(fake_quantize_module(model, ck.ir, fmt))
+        res["fake_quantized"] = len(fake_quantize_module(model, ck.ir, stored_schedule(ck).weight_format))
     ref32 = None
     if fp32_ref:
         ref32 = copy.deepcopy(model).float().to(device)
@@ -246,6 +245,16 @@ def run_check(model_file: str, preset: str | None, steps: int = 256, generate: i
     res["failures"] = failures
     res["passed"] = not failures
     return res
+
+
+def stored_schedule(ck):
+    """The schedule whose weight format a compiled kernel streams: one GPU's kernel's, or rank 0's of the ranks
+    on one GPU or of this process's rank (every rank stores its weights alike)."""
+    if hasattr(ck, "schedule"):
+        return ck.schedule
+    if hasattr(ck, "schedules"):
+        return ck.schedules[0]
+    return ck.kernel.schedule       # (kogc.runtime.distributed.DistributedKernel)
 
 
 def _against_model_weights(ck, full, steps: int, token: int) -> dict:

@@ -7,7 +7,7 @@ import copy
 
 import torch
 
-from ..check import TIE_ULPS, _miss, default_max_rel_err, rel_err, tie_dtype
+from ..check import TIE_ULPS, _miss, default_max_rel_err, rel_err, stored_schedule, tie_dtype
 from ..ir.shard import vocab_shard
 
 TOKEN = 7       # the token of the checked step
@@ -45,13 +45,8 @@ def mirror_lane_groups(model: torch.nn.Module, gpus: int) -> None:
 
 
 def stored_weights(ck) -> str:
-    """What a compiled kernel streams ("model" or "fp8"): one GPU's kernel, the ranks on one GPU, or this
-    process's rank."""
-    if hasattr(ck, "schedule"):
-        return ck.schedule.tile_config.weights
-    if hasattr(ck, "schedules"):
-        return ck.schedules[0].tile_config.weights
-    return ck.kernel.schedule.tile_config.weights       # (kogc.runtime.distributed.DistributedKernel)
+    """What a compiled kernel streams ("model" or "fp8")."""
+    return stored_schedule(ck).tile_config.weights
 
 
 def reference_module(model: torch.nn.Module, weights: str, graph) -> torch.nn.Module:
