@@ -34,6 +34,23 @@ def test_bench_interpreter_writes_table_and_json(tmp_path, capsys):
 
 
 @CPU_ONLY
+def test_bench_of_fp8_weights_gives_the_baselines_the_models_floor(tmp_path, capsys):
+    # the baselines stream the model's own (16-bit) weights: their share of the floor and TB/s are of those
+    # bytes, as the kogc row with the model's weights is, not of the FP8 kernel's half
+    out = tmp_path / "bench.json"
+    rc = main(["bench", MICRO, "--config", "micro", "--context", "8", "--steps", "1", "--reps", "1", "--interpret",
+               "--weights", "fp8", "--json", str(out)])
+    assert rc == 0
+    res = json.loads(out.read_text())
+    rows = {row["name"]: row for row in res["rows"]}
+    full, eager = rows["kogc, model's weights (interpreter, CPU)"], rows["eager (CPU)"]
+    assert full["floor_bytes"] > res["floor"]["bytes_per_token"]          # FP8: fewer bytes than the model's
+    assert eager["floor_bytes"] == full["floor_bytes"]
+    assert eager["TBps"] == pytest.approx(eager["floor_bytes"] / (eager["ms_median"] * 1e-3) / 1e12)
+    assert "floor_bytes" not in rows["kogc (interpreter, CPU)"]
+
+
+@CPU_ONLY
 def test_bench_fails_when_the_kernel_computes_something_else(monkeypatch, capsys):
     # the kernel's cache left empty while eager's holds random rows: other logits, so exit code 1
     import kogc.runtime.kernel

@@ -83,6 +83,7 @@ def run_bench(model_file: str, preset: str | None, context: int = 1024, steps: i
                                                      warmup=min(warmup, 1))]))
     _progress(f"kogc generate: {rows[-1].ms} ms/token", quiet)
     ck.raise_if_stuck()
+    baseline_extra = {}     # the baselines stream the model's own weights: with FP8 kogc, their own floor
     if (kogc_options or {}).get("weights", "model") != "model":
         # the same model streaming its own weights, in the same run: what FP8 buys
         _progress("timing kogc with the model's weights", quiet)
@@ -93,6 +94,7 @@ def run_bench(model_file: str, preset: str | None, context: int = 1024, steps: i
                         time_steps(lambda i: full.launch(1 + i % 100, context + i), steps, reps, device, warmup),
                         extra={"floor_bytes": bytes_per_token(full, context + steps // 2),
                                "kernel_source_sha1": kernel_id(full)}))
+        baseline_extra = {"floor_bytes": rows[-1].extra["floor_bytes"]}
         _progress(f"kogc, model's weights: {rows[-1].ms} ms/token", quiet)
         full = None
     prof = None
@@ -128,7 +130,8 @@ def run_bench(model_file: str, preset: str | None, context: int = 1024, steps: i
                 "handwritten_compile": lambda m, d, c: handwritten_graph_step(shapes, c, d, True, seed)}[name]
         try:
             run = make(model, device, context)
-            rows.append(Row(name + (" (CPU)" if interpret else ""), time_steps(run, n, reps, device, warmup)))
+            rows.append(Row(name + (" (CPU)" if interpret else ""), time_steps(run, n, reps, device, warmup),
+                            extra=dict(baseline_extra)))
             _progress(f"{name}: {rows[-1].ms} ms/token", quiet)
         except Exception as e:  # a baseline that cannot run is reported, not fatal
             rows.append(Row(name, [], error=f"{type(e).__name__}: {str(e)[:200]}"))
