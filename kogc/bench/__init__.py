@@ -83,8 +83,10 @@ def run_bench(model_file: str, preset: str | None, context: int = 1024, steps: i
                                                      warmup=min(warmup, 1))]))
     _progress(f"kogc generate: {rows[-1].ms} ms/token", quiet)
     ck.raise_if_stuck()
-    baseline_extra = {}     # the baselines stream the model's own weights: with FP8 kogc, their own floor
-    if (kogc_options or {}).get("weights", "model") != "model":
+    fp8 = (kogc_options or {}).get("weights", "model") != "model"
+    # the baselines stream the model's own weights: beside an FP8 kernel, their floor is of those bytes
+    baseline_extra = {"floor_bytes": bytes_per_token(ck, context + steps // 2, as_model=True)} if fp8 else {}
+    if fp8:
         # the same model streaming its own weights, in the same run: what FP8 buys
         _progress("timing kogc with the model's weights", quiet)
         full = kogc_compile(model, interpret=interpret, **{**kogc_options, "weights": "model"})
@@ -94,7 +96,6 @@ def run_bench(model_file: str, preset: str | None, context: int = 1024, steps: i
                         time_steps(lambda i: full.launch(1 + i % 100, context + i), steps, reps, device, warmup),
                         extra={"floor_bytes": bytes_per_token(full, context + steps // 2),
                                "kernel_source_sha1": kernel_id(full)}))
-        baseline_extra = {"floor_bytes": rows[-1].extra["floor_bytes"]}
         _progress(f"kogc, model's weights: {rows[-1].ms} ms/token", quiet)
         full = None
     prof = None

@@ -67,11 +67,16 @@ def read_bandwidth(gib: int = 2, reps: int = 20, warm_s: float = 0.3) -> float:
     return gib * 2**30 / (statistics.median(ms) * 1e-3)
 
 
-def bytes_per_token(ck, pos: int) -> int:
+def bytes_per_token(ck, pos: int, as_model: bool = False) -> int:
     """What one decode step must read: every streamed weight, one embedding row, the norm scales,
-    and the KV cache up to `pos` (keys and values of every layer and lane)."""
+    and the KV cache up to `pos` (keys and values of every layer and lane). The weights as the kernel
+    stores them (FP8 with their scales), or `as_model`: in the model's dtype, what a stack that streams
+    the model's own weights (a baseline beside an FP8 kernel) must read."""
     es = ESIZE[ck.schedule.dtype]
-    weights = sum(ck.schedule.weight_bytes_per_program())     # as stored: FP8 weights with their scales
+    if as_model:
+        weights = sum(t.weight.numel for t in ck.schedule.tasks if t.weight) * es
+    else:
+        weights = sum(ck.schedule.weight_bytes_per_program())
     emb_row = ck.buffers.EMB.shape[-1] * es if ck.buffers.EMB.dim() == 2 else 0
     kv = 0
     for op in ck.schedule.ops:

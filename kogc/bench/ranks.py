@@ -95,6 +95,9 @@ def run_bench_ranks(model_file: str, preset: str | None, gpus: int, one_gpu: boo
     gen = torch.Generator().manual_seed(seed + 1)      # a random cache up to the context, for every stack
     randomize_kv(kv_cache_buffers(kernels[0].ir, model), context, gen)
     floor_bytes = sum(bytes_per_token(k, context + steps // 2) for k in kernels)
+    # the TP=G stack streams the model's own weights: beside FP8 ranks, its floor is of those bytes
+    tp_extra = ({"floor_bytes": sum(bytes_per_token(k, context + steps // 2, as_model=True) for k in kernels)}
+                if options.get("weights", "model") != "model" else {})
     if mirror:     # the model the mirrored rank computes, for its check and, timed alike, the one-GPU kernel's
         mirror_lane_groups(model, gpus)
     for k in kernels:
@@ -129,7 +132,7 @@ def run_bench_ranks(model_file: str, preset: str | None, gpus: int, one_gpu: boo
     torch.cuda.empty_cache()
 
     if not mirror:                   # (the TP=G stack needs G GPUs: no row beside a mirror)
-        rows.append(_tp_row(model, gpus, context, steps, reps, seed, say))
+        rows.append(_tp_row(model, gpus, context, steps, reps, seed, say, tp_extra))
     readings.append(read_bandwidth())
     bw = max(readings)
     per = "the whole model on one GPU" if one_gpu is True else "one GPU's share"
@@ -148,7 +151,7 @@ def _label(gpus: int, mirror: bool) -> str:
     return f"kogc rank 0 of {gpus}, mirrored" if mirror else f"kogc {gpus} ranks"
 
 
-def _tp_row(model, gpus: int, context: int, steps: int, reps: int, seed: int, say) -> Row:
+def _tp_row(model, gpus: int, context: int, steps: int, reps: int, seed: int, say, extra: dict) -> Row:
     """The TP=G NCCL + CUDA-graph stack's row (an error row without an NCCL group of one GPU per rank)."""
     import torch.distributed as dist
     name = f"TP={gpus} NCCL + CUDA graph"
@@ -158,7 +161,7 @@ def _tp_row(model, gpus: int, context: int, steps: int, reps: int, seed: int, sa
     say(f"timing the TP={gpus} stack (NCCL all-reduce, one CUDA graph)")
     try:
         run, _ = tp_graph_step(model.config, context, "cuda", seed)
-        return Row(name, time_steps(run, steps, reps, "cuda"))
+        return Row(name, time_steps(run, steps, reps, "cuda"), extra=extra)
     except Exception as e:           # reported, not fatal
         return Row(name, [], error=f"{type(e).__name__}: {str(e)[:200]}")
 
