@@ -97,7 +97,7 @@ __device__ inline void mbar_init(uint32_t bar, int count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
 }
 
-__device__ inline bool mbar_try_wait_cluster(uint32_t bar, uint32_t parity) {
+__device__ inline bool mbar_test_wait_cluster(uint32_t bar, uint32_t parity) {
   uint32_t ok;
   asm volatile(
       "{ .reg .pred p; mbarrier.test_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
@@ -105,7 +105,7 @@ __device__ inline bool mbar_try_wait_cluster(uint32_t bar, uint32_t parity) {
   return ok;
 }
 
-__device__ inline bool mbar_try_wait(uint32_t bar, uint32_t parity) {
+__device__ inline bool mbar_test_wait(uint32_t bar, uint32_t parity) {
   uint32_t ok;
   asm volatile("{ .reg .pred p; mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
                : "=r"(ok) : "r"(bar), "r"(parity) : "memory");
@@ -121,7 +121,7 @@ __device__ inline void fail(int* error, int code) {
 template <bool CLUSTER>
 __device__ inline void mbar_wait(uint32_t bar, uint32_t parity, int* error, int code) {
   long long n = 0;
-  while (!(CLUSTER ? mbar_try_wait_cluster(bar, parity) : mbar_try_wait(bar, parity)))
+  while (!(CLUSTER ? mbar_test_wait_cluster(bar, parity) : mbar_test_wait(bar, parity)))
     if (++n > SPIN_LIMIT) fail(error, code);
 }
 

@@ -118,7 +118,7 @@ def run_bench_ranks(model_file: str, preset: str | None, gpus: int, one_gpu: boo
         dist.all_gather_object(parts, waits["per_rank"])
         waits = {"per_rank": [w for p in parts for w in p]}
     prof = _mirror_profile(pk, model_file, preset, checkpoint, overrides, task_times, say) if mirror else None
-    ck = pk = None
+    ck = pk = kernels = None    # (the rank kernels freed before the one-GPU kernel is built)
     torch.cuda.empty_cache()
 
     say("compiling the one-GPU kernel")
