@@ -22,9 +22,10 @@ class TileConfig:
                                       # combines (tile.attention_impl); 16 with the broadcast-product form
     elem_block: int = 512             # elements per elementwise task (a residual, a send to the peers)
     cost_context: int = 1024          # context length the cost model assumes for attention
-    lane_group_stagger: float = 2.0   # placement: rank the upper half of the lanes this many fused ops later:
+    lane_group_stagger: float = 3.0   # placement: rank the upper half of the lanes this many fused ops later:
                                       # two lane groups out of phase, one streaming its MLP while the other
-                                      # waits through attention (laneformer-2b at context 1024: -4.4%)
+                                      # waits through attention (against none: laneformer-2b -4.4%; 3 against
+                                      # 2: 2b FP8 -2.7%, 2 ranks of 2b -1.2%, 2b fp16 and 0.5b the same)
     place_latency_us: float = 1.0     # placement: publish-to-acquire latency between producer and consumer
     kind_us: dict | None = None       # placement cost model: measured microseconds per task of each kind
                                       # (a profile's "matvec/rmsnorm/store": 2.7, ...); others: bytes.
