@@ -1,5 +1,6 @@
 """kogc.analysis and `kogc analyze`: replays of a schedule with measured task times (as scheduled, the
 chain, perfect balance, with overheads), the chain's make-up, a layer's phases; task-times files."""
+import dataclasses
 import json
 import types
 
@@ -203,7 +204,11 @@ def test_stamps_round_trip(stamps_file):
     got_ids, got_ts, meta = load_stamps(path)
     assert (got_ids == ids).all() and (got_ts == ts).all()
     assert meta["config"] == "tiny" and meta["num_programs"] == 4 and meta["target"] == "h200"
-    assert meta["tile_config"] == {} and meta["tasks"] == len(s.tasks)
+    assert meta["tasks"] == len(s.tasks)
+    # every setting is recorded, not only those that differ from the defaults: a file stays readable
+    # after a default changes
+    assert meta["tile_config"] == dataclasses.asdict(s.tile_config)
+    assert schedule_for(meta).queues == s.queues
 
 
 @pytest.mark.parametrize("what, expect", [

@@ -20,6 +20,8 @@ from kogc.inspection import (as_scheduled, chain, decode_task, load_build, load_
 from kogc.inspection.costs import feeds
 
 PROFILE = os.path.join(ROOT, "tests", "data", "tiny-profile.npz")   # an H200, kogc bench --config tiny --context 64
+PROFILED = '{"lane_group_stagger": 2.0}'   # the placement setting that profile ran with (its record holds every
+                                            # setting; the default has changed since)
 
 
 def _compile(out, *extra):
@@ -47,18 +49,18 @@ def _schedule_only(out, tile_config: str):
 
 @pytest.fixture(scope="module")
 def builds(tmp_path_factory):
-    """Two tiny builds: the defaults (the stored profile's schedule; compiled, each code variant also
-    alone: --per-variant) and 4 attention splits."""
+    """Two tiny builds: the stored profile's schedule (compiled, each code variant also alone:
+    --per-variant) and the same with 4 attention splits."""
     a, b = tmp_path_factory.mktemp("tiny"), tmp_path_factory.mktemp("tiny-splits4")
-    _compile(a, "--per-variant")
-    _schedule_only(b, '{"attn_splits": 4}')
+    _compile(a, "--per-variant", "--tile-config", PROFILED)
+    _schedule_only(b, json.dumps({**json.loads(PROFILED), "attn_splits": 4}))
     return str(a), str(b)
 
 
 @pytest.fixture(scope="module")
 def schedule():
     """The schedule the build and the profile hold, built the way kogc analyze builds it."""
-    return schedule_for({"model_file": MODEL_FILE, "config": "tiny", "target": "h200"})
+    return schedule_for({"model_file": MODEL_FILE, "config": "tiny", "target": "h200"}, tile_config=PROFILED)
 
 
 @pytest.fixture(scope="module")

@@ -3,8 +3,9 @@
 A file (.npz) holds `ids` (task ids in queue order), `ts` ([tasks, 3 or more] ns from the step's first
 start: start, after the waits, end; a "detail" profile adds more, see kogc.runtime.profile) and `meta`:
 a JSON string naming the model (model file, preset or checkpoint, overrides), the target, the number
-of programs and the TileConfig fields that differ from the defaults (and, for a mirrored rank of
-`kogc bench --gpus G --mirror`, G), so that `kogc analyze` can build the same schedule again.
+of programs and every TileConfig field the schedule was built with (and, for a mirrored rank of
+`kogc bench --gpus G --mirror`, G), so that `kogc analyze` can build the same schedule again, also after a
+default changed. (Files written before recorded only the fields that differed from their commit's defaults.)
 `kogc bench --profile --task-times FILE` (also with `--gpus G --mirror`) and `kogc sweep` (a variant
 with "profile": true, and --out DIR) write them.
 """
@@ -19,15 +20,6 @@ import numpy as np
 from ..errors import KogcError
 
 
-def non_default_fields(cfg, graph=None) -> dict:
-    """The TileConfig fields of `cfg` that differ from a fresh TileConfig() (with `graph`: with the
-    settings the defaults choose for that model, e.g. its attention splits)."""
-    from ..scheduler.config import attention_splits
-    default = type(cfg)() if graph is None else attention_splits(type(cfg)(), graph)
-    return {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)
-            if getattr(cfg, f.name) != getattr(default, f.name)}
-
-
 def save_stamps(ck, path: str, model_file: str | None = None, preset: str | None = None,
                 checkpoint: str | None = None, overrides: dict | None = None) -> str:
     """Write the last launch's stamps of a profiled kernel `ck` to `path` (.npz); returns the path."""
@@ -35,7 +27,7 @@ def save_stamps(ck, path: str, model_file: str | None = None, preset: str | None
     ids, ts = timestamps(ck)
     s = ck.schedule
     meta = {"model_file": model_file, "config": preset, "checkpoint": checkpoint, "overrides": overrides or {},
-            "target": s.target.name, "num_programs": len(s.queues), "tile_config": non_default_fields(s.tile_config, s.graph),
+            "target": s.target.name, "num_programs": len(s.queues), "tile_config": dataclasses.asdict(s.tile_config),
             "tasks": len(s.tasks)}
     if getattr(ck, "stamps_schedule", s) is not s:      # rank 0 of G with its peers mirrored
         meta["mirror_of"] = s.ranks
