@@ -366,7 +366,9 @@ def test_target_kind_times_apply_to_their_tile_size(graphs):
     assert placement_kind_us(TileConfig()) == {} and placement_kind_us(TileConfig(kind_us={})) == {}
     assert placement_kind_us(TileConfig(kind_us={"attention": 3.0})) == {"attention": 3.0}
     model = lf.kogc_model("laneformer-2b", device="meta", seed=None)
-    shipped = lf.placement_profiles("laneformer-2b")[0]["kind_us"]
+    shipped = {p.get("weights", "model"): p for p in lf.placement_profiles("laneformer-2b")}
+    assert set(shipped) == {"model", "fp8"}
+    shipped = shipped["model"]["kind_us"]
     assert shipped["attention"] == 5.48 and tile_config_for(model, H200).kind_us == shipped
     assert tile_config_for(model, H200, CFG).kind_us is None                      # 4 KB tiles: bytes
     assert tile_config_for(model, H200, TileConfig(kind_us={})).kind_us == {}      # the config's own wins
@@ -379,6 +381,38 @@ def test_target_kind_times_apply_to_their_tile_size(graphs):
     b = build_schedule(g, H200, "parallel", TileConfig(), num_programs=8)
     assert a.est_seconds != b.est_seconds
     check_schedule(a.tasks, a.events, a.queues)
+
+
+def test_profiles_follow_the_weight_format(graphs):
+    # a model's shipped profiles are per weight format: FP8 tasks are placed with FP8's times and the lane
+    # groups' offset FP8 measured best with; the config's own values win; unset with no profile: the default
+    import dataclasses
+    import torch
+    from kogc.api import placement_profiles, tile_config_for
+    from kogc.errors import KogcError
+    from kogc.scheduler.config import DEFAULT_LANE_GROUP_STAGGER
+    model = lf.kogc_model("laneformer-2b", device="meta", seed=None)
+    fp16, fp8 = tile_config_for(model, H200), tile_config_for(model, H200, weights="fp8")
+    assert fp16.lane_group_stagger == DEFAULT_LANE_GROUP_STAGGER and fp8.lane_group_stagger == 6.0
+    assert fp8.weights == "fp8" and fp8.kind_us != fp16.kind_us and fp8.kind_us["attention"] == 6.62
+    assert tile_config_for(model, H200, TileConfig(weights="fp8")).kind_us == fp8.kind_us   # the config's format
+    mine = tile_config_for(model, H200, TileConfig(lane_group_stagger=2.0, kind_us={}), weights="fp8")
+    assert (mine.lane_group_stagger, mine.kind_us) == (2.0, {})
+    other = lf.kogc_model("laneformer-0.5b", device="meta", seed=None)                  # ships none
+    assert tile_config_for(other, H200, weights="fp8").lane_group_stagger == DEFAULT_LANE_GROUP_STAGGER
+    # a schedule built without tile_config_for (the offset unset) places with the default offset
+    assert TileConfig().lane_group_stagger is None
+    unset = build_schedule(graphs(4), H200, "parallel", CFG, num_programs=8)
+    default = build_schedule(graphs(4), H200, "parallel",
+                             dataclasses.replace(CFG, lane_group_stagger=DEFAULT_LANE_GROUP_STAGGER), num_programs=8)
+    assert unset.queues == default.queues
+    bad = torch.nn.Linear(2, 2)
+    bad.kogc_placement = {"tile_bytes": 4096, "kind_us": {"attention": 1.0}, "weights": "int4"}
+    with pytest.raises(KogcError, match="weights"):
+        placement_profiles(bad)
+    bad.kogc_placement = {"tile_bytes": 4096, "kind_us": {"attention": 1.0}, "lane_group_stagger": -1}
+    with pytest.raises(KogcError, match="lane_group_stagger"):
+        placement_profiles(bad)
 
 
 def test_placement_with_measured_kind_times(graphs):

@@ -9,6 +9,10 @@ from ..fp8 import WEIGHT_FORMATS
 from .errors import SchedulerError
 
 
+DEFAULT_LANE_GROUP_STAGGER = 3.0   # 3 against 2: laneformer-2b FP8 -2.7%, 7b FP8 -2.2%, 2 ranks of 2b -1.2%,
+                                   # 2b fp16 and 0.5b the same; 4-6 against 3: 2b fp16 +0.0 to +1.6%, 7b FP8 +4%
+
+
 @dataclass
 class TileConfig:
     """How a model is cut into tasks and placed: the only settings of the kernel (docs/design.md says why
@@ -22,10 +26,11 @@ class TileConfig:
                                       # combines (tile.attention_impl); 16 with the broadcast-product form
     elem_block: int = 512             # elements per elementwise task (a residual, a send to the peers)
     cost_context: int = 1024          # context length the cost model assumes for attention
-    lane_group_stagger: float = 3.0   # placement: rank the upper half of the lanes this many fused ops later:
-                                      # two lane groups out of phase, one streaming its MLP while the other
-                                      # waits through attention (against none: laneformer-2b -4.4%; 3 against
-                                      # 2: 2b FP8 -2.7%, 2 ranks of 2b -1.2%, 2b fp16 and 0.5b the same)
+    lane_group_stagger: float | None = None   # placement: rank the upper half of the lanes this many fused ops
+                                      # later: two lane groups out of phase, one streaming its MLP while the
+                                      # other waits through attention (against none: laneformer-2b -4.4%).
+                                      # None: the model's shipped profile's (kogc.api.tile_config_for), else
+                                      # DEFAULT_LANE_GROUP_STAGGER (laneformer-2b FP8 ships 6: -3.0% against 3)
     place_latency_us: float = 1.0     # placement: publish-to-acquire latency between producer and consumer
     kind_us: dict | None = None       # placement cost model: measured microseconds per task of each kind
                                       # (a profile's "matvec/rmsnorm/store": 2.7, ...); others: bytes.
@@ -61,8 +66,9 @@ def validate(cfg: TileConfig, target=None) -> TileConfig:
         bad("elem_block", "must be a power of two of at least 16")
     if not isinstance(cfg.cost_context, int) or cfg.cost_context < 1:
         bad("cost_context", "must be a positive number of positions")
-    if not isinstance(cfg.lane_group_stagger, (int, float)) or cfg.lane_group_stagger < 0:
-        bad("lane_group_stagger", "must be a number >= 0")
+    if cfg.lane_group_stagger is not None and (not isinstance(cfg.lane_group_stagger, (int, float))
+                                               or cfg.lane_group_stagger < 0):
+        bad("lane_group_stagger", "must be a number >= 0 (or null: the model's profile's, else the default)")
     if not isinstance(cfg.place_latency_us, (int, float)) or cfg.place_latency_us < 0:
         bad("place_latency_us", "must be a number >= 0")
     if not isinstance(cfg.attn_combine_width, int) or not 0 <= cfg.attn_combine_width <= MAX_COMBINE_WIDTH:

@@ -13,7 +13,7 @@ import numpy as np
 from ..ir.graph import Graph
 from ..targets import Target
 from .check import check_schedule, check_step_closure, prune_by_program_order
-from .config import TileConfig, attention_splits, validate
+from .config import DEFAULT_LANE_GROUP_STAGGER, TileConfig, attention_splits, validate
 from .deps import Event, derive, merge_events, order_waits_oldest_first, share_lane_events
 from .fuse import FusedOp, fuse
 from .place import bytes_model_seconds, die_edge_share, place_parallel, place_sequential
@@ -302,7 +302,8 @@ def place_tasks(tasks: list[Task], events: list[Event], target: Target, cfg: Til
     on pairs of XCDs, 689 us with 2 us, 13% of edges in one XCD, against 634 us and 49% with 20)."""
     P = num_programs
     seconds = placement_seconds(tasks, cfg, target, P)
-    placed = [place_parallel(tasks, events, P, target.hbm_read_bw / P, cfg.lane_group_stagger, seconds,
+    stagger = DEFAULT_LANE_GROUP_STAGGER if cfg.lane_group_stagger is None else cfg.lane_group_stagger
+    placed = [place_parallel(tasks, events, P, target.hbm_read_bw / P, stagger, seconds,
                              cfg.place_latency_us * 1e-6, remote=remote, dies=target.dies,
                              die_hop_s=target.cross_die_hop_us * 1e-6, steal_wait_s=steal)
               for steal in (STEAL_WAITS_S if target.dies > 1 else STEAL_WAITS_S[:1])]
