@@ -42,6 +42,8 @@ class TileConfig:
                                       # task combines in its prologue; wider, the last split of each KV head to
                                       # finish combines them into o, read as a plain vector (Llama-3.2-1B's
                                       # 2048: -7.8%; the Laneformer presets' 128-512 combining so: +3.5-5.7%)
+    combine_lse: int = 0              # TEMPORARY (measuring): attention stores normalised partials and their
+                                      # log-sum-exp; the combine loads two values a split and column, not three
     mlp_pair_inputs: int = 1024       # W1 and W3 run as one task per (gate, up) row pair storing silu(gate) * up
                                       # where W2 would read at least this many inputs per row of its tile
                                       # (Llama-3.2-1B's 4096: -11%; laneformer-2b's 64: slower); 0: always
