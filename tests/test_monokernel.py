@@ -246,10 +246,10 @@ def test_last_attention_split_combines(lanes, splits):
 
 @pytest.mark.parametrize("combine_width", [0, 512])
 def test_normalised_partials_combine_to_eager(combine_width):
-    # combine_lse: each split stores its normalised output and log-sum-exp (a split with no rows yet, as
+    # each split stores its normalised output and log-sum-exp (a split with no rows yet, as
     # 3 of 4 at position 0: a zero output weighed 0); combined by the last split (width 0) or in Wo's
     # prologue, single steps equal eager
-    cfg = dataclasses.replace(INTERPRETER_TILES, attn_combine_width=combine_width, attn_splits=4, combine_lse=1)
+    cfg = dataclasses.replace(INTERPRETER_TILES, attn_combine_width=combine_width, attn_splits=4)
     model = tiny(seed=71, num_lanes=2, hidden_size=64)
     ck = kogc.compile(model, target="h200", tile_config=cfg)
     for pos, logits, nxt, ir, ir_nxt, eager, eager_nxt in run_against_references(model, seed=5, ck=ck):

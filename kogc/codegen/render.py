@@ -43,7 +43,6 @@ def render(schedule: Schedule, kernel_name: str = KERNEL_NAME, interpret: bool =
         # (a prefetch changes no value: left out under the interpreter, which has no inline assembly)
         step_prefetch_elems=0 if interpret else step_prefetch_elements(schedule), token_keys=T.TOKEN_KEYS,
         attn_prefetch=bool(schedule.target.l2_prefetch_asm) and not interpret,
-        combine_lse=bool(schedule.tile_config.combine_lse),
         kv_line=128 // ESIZE[schedule.dtype],        # KV-cache elements per 128-byte line (the activations' dtype)
         run_vids={i for i, v in enumerate(schedule.variants) if v in schedule.run_variants},
         npeer=schedule.ranks - 1, remote_bit=T.REMOTE_BIT,

@@ -42,13 +42,6 @@ class TileConfig:
                                       # task combines in its prologue; wider, the last split of each KV head to
                                       # finish combines them into o, read as a plain vector (Llama-3.2-1B's
                                       # 2048: -7.8%; the Laneformer presets' 128-512 combining so: +3.5-5.7%)
-    combine_lse: int = 0              # TEMPORARY, being measured: 1 = attention stores each split's normalised
-                                      # output and log-sum-exp, so the combine loads two values a split and
-                                      # column, not three (laneformer-2b FP8 -3.8%, 0.978 -> 0.941 ms: H200,
-                                      # 2026-12-04, `kogc sweep --config laneformer-2b --context 1024 --steps 30
-                                      # --reps 3` at ee234b6, docs/results/2026-12-04/sweep-combine-lse-2b.*). To
-                                      # become the only form once fp16, 0.5b, 7b, Llama shapes and the GPU
-                                      # suite are measured with it; then this field goes
     mlp_pair_inputs: int = 1024       # W1 and W3 run as one task per (gate, up) row pair storing silu(gate) * up
                                       # where W2 would read at least this many inputs per row of its tile
                                       # (Llama-3.2-1B's 4096: -11%; laneformer-2b's 64: slower); 0: always

@@ -337,7 +337,7 @@ def _tile_attention(op, by, lay, val, new, cfg, es, lanes_of):
     last = last_split_combines(cfg, K)
     impl, block = attention_impl(cfg, g, hd, es, last)
     ns = cfg.attn_splits
-    per_lane = ns * K + (1 if cfg.combine_lse else 2) * ns * nq
+    per_lane = ns * K + ns * nq     # each split's normalised output, then its log-sum-exps
     lay.alloc(f"{op.node}.partials", "f32", per_lane, op.lanes)
     if last:
         # o itself, written by whichever split of its KV head finishes last (so every split declares the
@@ -356,10 +356,8 @@ def _tile_attention(op, by, lay, val, new, cfg, es, lanes_of):
                 reads = [lay.region(p["q"], l, kh * g * hd, (kh + 1) * g * hd),
                          Region("kv", kbase, kbase + S * hd), Region("kv", vbase, vbase + S * hd)]
                 acc0 = pbase + j * K + kh * g * hd
-                m0 = pbase + ns * K + j * nq + kh * g
-                writes = [Region("f32", acc0, acc0 + g * hd), Region("f32", m0, m0 + g)]
-                if not cfg.combine_lse:
-                    writes.append(Region("f32", m0 + ns * nq, m0 + ns * nq + g))
+                lse0 = pbase + ns * K + j * nq + kh * g
+                writes = [Region("f32", acc0, acc0 + g * hd), Region("f32", lse0, lse0 + g)]
                 if last:
                     a[A_H] = lay.at(f"{op.node}.arrivals", l, kh)
                     a[A_RES_OUT] = lay.at(op.node, l, kh * g * hd)
