@@ -62,7 +62,12 @@ def _simulate(tasks: list[Task], events: list[Event], queues: list[list[int]], p
     parked: dict[int, list[int]] = {}
     runnable = list(range(P))
     as_array: dict[int, np.ndarray] = {}     # tasks with the same reads share one deps list
-    deps = [as_array.setdefault(id(t.deps), np.asarray(t.deps, dtype=np.int64)) for t in tasks]
+    deps = []
+    for t in tasks:
+        d = as_array.get(id(t.deps))
+        if d is None:
+            d = as_array[id(t.deps)] = np.asarray(t.deps, dtype=np.int64)
+        deps.append(d)
     if prune:   # per event and program: how many of that queue's tasks must be done (slot + 1)
         need_vec = np.zeros((len(events), P), dtype=np.int64)
         for t in tasks:

@@ -80,15 +80,23 @@ def derive(tasks: list[Task]) -> list[Event]:
     index = WriteIndex(tasks)
     ancestors = [0] * len(events)     # bitset: events complete whenever this one is
     # the tiles of one op and lane mostly read the same regions (all of h, say): derive the producers
-    # once per distinct read set (the lists are shared between tasks and never mutated)
+    # once per distinct read set (the lists are shared between tasks and never mutated), and each
+    # region's once (a residual's tile reads its own row's terms beside the input every tile reads)
+    by_region: dict[tuple, tuple[list[int], set[int]]] = {}
     by_reads: dict[tuple, tuple[list[int], list[int]]] = {}
     for t in tasks:
         key = tuple(t.reads)
         if key not in by_reads:
             deps: set[int] = set()
+            groups: set[int] = set()
             for r in t.reads:
-                deps.update(index.writers(r.arena, r.start, r.end))
-            by_reads[key] = (sorted(deps), sorted({tasks[d].group for d in deps}))
+                found = by_region.get((r.arena, r.start, r.end))
+                if found is None:
+                    ids = index.writers(r.arena, r.start, r.end)
+                    found = by_region[(r.arena, r.start, r.end)] = (ids, {tasks[d].group for d in ids})
+                deps.update(found[0])
+                groups |= found[1]
+            by_reads[key] = (sorted(deps), sorted(groups))
         t.deps, wanted = by_reads[key]
         if t.deps and t.deps[-1] >= t.id:
             bad = t.deps[-1]
@@ -155,11 +163,12 @@ def share_lane_events(tasks: list[Task], events: list[Event]) -> None:
     producer's `publish_too` (which the soundness check and the pruning count too)."""
     ancestors = [0] * len(events)      # per event: the events complete whenever it is
     reach: dict[int, int] = {}         # per distinct producer list (tasks that read alike share one)
+    group_of = [t.group for t in tasks]
     for t in tasks:                    # in task order: every producer comes before its consumers
         key = id(t.deps)
         if key not in reach:
             r = 0
-            for g in {tasks[d].group for d in t.deps}:
+            for g in set(map(group_of.__getitem__, t.deps)):
                 r |= (1 << g) | ancestors[g]
             reach[key] = r
         ancestors[t.group] |= reach[key]

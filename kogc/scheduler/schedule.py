@@ -224,6 +224,7 @@ class Schedule:
         return "\n".join(lines)
 
     def to_json(self) -> str:
+        variant_index = {v: i for i, v in enumerate(self.variants)}
         return json.dumps({
             "model": self.graph.meta.get("model"), "target": self.target.name, "placement": self.placement,
             "ranks": self.ranks, "rank": self.rank,
@@ -232,7 +233,7 @@ class Schedule:
             "variants": [list(v) for v in self.variants],
             "events": [{"id": e.id, "name": e.name, "need": e.need, "remote": e.remote} for e in self.events],
             "queues": self.queues,
-            "tasks": [{"id": t.id, "variant": self.variants.index(t.variant), "op": t.op, "lane": t.lane,
+            "tasks": [{"id": t.id, "variant": variant_index[t.variant], "op": t.op, "lane": t.lane,
                        "layer": t.layer, "args": t.args, "publish": t.group,
                        "publish_too": t.publish_too, "waits": t.waits,
                        "weight": None if t.weight is None else [t.weight.param, t.weight.lane, t.weight.row0,
