@@ -10,7 +10,7 @@ from .fp8 import WEIGHT_FORMATS, Fp8Weight
 from .frontend import decode_step, to_ir
 from .runtime.kernel import CompiledKernel, weights_of
 from .scheduler import TileConfig, build_schedule
-from .scheduler.config import DEFAULT_LANE_GROUP_STAGGER
+from .scheduler.config import with_stagger
 from .targets import ALIASES, Target, get_target, target_for_device
 
 # The interpreter runs programs one after another: big tiles keep the task count (and time) down.
@@ -68,10 +68,7 @@ def tile_config_for(module: torch.nn.Module, target: Target, tile_config: TileCo
     profile = placement_profile(module, target, cfg.tile_bytes, cfg.weights) or {}
     if cfg.kind_us is None and profile.get("kind_us"):
         cfg = dataclasses.replace(cfg, kind_us=dict(profile["kind_us"]))
-    if cfg.lane_group_stagger is None:
-        cfg = dataclasses.replace(cfg, lane_group_stagger=float(profile.get("lane_group_stagger",
-                                                                            DEFAULT_LANE_GROUP_STAGGER)))
-    return cfg
+    return with_stagger(cfg, profile.get("lane_group_stagger"))
 
 
 def device_target(target: Target, device: str | torch.device = "cuda", num_warps: int | None = None,

@@ -107,6 +107,15 @@ MAX_SPLITS = 16
 MAX_COMBINE_WIDTH = 512
 
 
+def with_stagger(cfg: TileConfig, stagger: float | None = None) -> TileConfig:
+    """`cfg` with lane_group_stagger set where it is None: `stagger` (a model's shipped profile's), else
+    DEFAULT_LANE_GROUP_STAGGER."""
+    if cfg.lane_group_stagger is not None:
+        return cfg
+    return dataclasses.replace(cfg, lane_group_stagger=float(stagger if stagger is not None
+                                                             else DEFAULT_LANE_GROUP_STAGGER))
+
+
 def last_split_combines(cfg: TileConfig, width: int) -> bool:
     """Whether the last attention split of a KV head combines the splits (an attention output `width`
     wide per lane), rather than every task of the output projection in its prologue."""

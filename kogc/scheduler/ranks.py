@@ -19,7 +19,7 @@ from ..ir.graph import Graph
 from ..ir.shard import shard
 from ..targets import Target
 from .check import check_schedule, prune_by_program_order
-from .config import TileConfig, attention_splits, validate
+from .config import TileConfig, attention_splits, validate, with_stagger
 from .deps import Event, derive, merge_events, order_waits_oldest_first
 from .errors import SchedulerError
 from .fuse import fuse
@@ -39,7 +39,7 @@ def build_rank_schedules(graph: Graph, ranks: int, target: Target, placement: st
     """The schedules of ranks 0..ranks-1 for `graph` (unsharded), proven sound together. Placement
     "sequential" cuts each rank's one queue before every task that waits on a peer: the segments run
     one at a time, interleaved across ranks (the interpreter's emulation of several GPUs)."""
-    cfg = attention_splits(validate(tile_config or TileConfig(), target), graph)
+    cfg = with_stagger(attention_splits(validate(tile_config or TileConfig(), target), graph))
     out = [_rank_schedule(shard(graph, ranks, r), target, placement, cfg, num_programs) for r in range(ranks)]
     _check_alike(out)
     if check or prune:

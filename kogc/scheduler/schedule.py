@@ -13,7 +13,7 @@ import numpy as np
 from ..ir.graph import Graph
 from ..targets import Target
 from .check import check_schedule, check_step_closure, prune_by_program_order
-from .config import DEFAULT_LANE_GROUP_STAGGER, TileConfig, attention_splits, validate
+from .config import TileConfig, attention_splits, validate, with_stagger
 from .deps import Event, derive, merge_events, order_waits_oldest_first, share_lane_events
 from .fuse import FusedOp, fuse
 from .place import bytes_model_seconds, die_edge_share, place_parallel, place_sequential
@@ -248,7 +248,7 @@ def build_schedule(graph: Graph, target: Target, placement: str = "parallel",
                    tile_config: TileConfig | None = None, num_programs: int | None = None,
                    check: bool = True, prune: bool = True) -> Schedule:
     """Schedule `graph` for `target`. placement="sequential" gives one queue (Triton's interpreter)."""
-    cfg = attention_splits(validate(tile_config or TileConfig(), target), graph)
+    cfg = with_stagger(attention_splits(validate(tile_config or TileConfig(), target), graph))
     timings = {}
     t0 = time.perf_counter()
     ops = fuse(graph, cfg)
@@ -303,8 +303,7 @@ def place_tasks(tasks: list[Task], events: list[Event], target: Target, cfg: Til
     on pairs of XCDs, 689 us with 2 us, 13% of edges in one XCD, against 634 us and 49% with 20)."""
     P = num_programs
     seconds = placement_seconds(tasks, cfg, target, P)
-    stagger = DEFAULT_LANE_GROUP_STAGGER if cfg.lane_group_stagger is None else cfg.lane_group_stagger
-    placed = [place_parallel(tasks, events, P, target.hbm_read_bw / P, stagger, seconds,
+    placed = [place_parallel(tasks, events, P, target.hbm_read_bw / P, cfg.lane_group_stagger, seconds,
                              cfg.place_latency_us * 1e-6, remote=remote, dies=target.dies,
                              die_hop_s=target.cross_die_hop_us * 1e-6, steal_wait_s=steal)
               for steal in (STEAL_WAITS_S if target.dies > 1 else STEAL_WAITS_S[:1])]
