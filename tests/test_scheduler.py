@@ -17,7 +17,7 @@ from kogc.frontend import to_ir
 from kogc.scheduler import SchedulerError, TileConfig, build_schedule
 from kogc.scheduler import check as check_mod
 from kogc.scheduler.check import check_schedule
-from kogc.scheduler.deps import derive
+from kogc.scheduler.deps import _union_sorted, derive
 from kogc.scheduler.place import place_parallel, place_sequential
 from kogc.scheduler.tasks import Region, Task
 from kogc.targets import H200
@@ -223,6 +223,22 @@ def test_group_cycles_are_caught_as_deadlock():
 # ---------------------------------------------------------------------------------------------------
 # 3. Random task graphs: derive + place_parallel always give a sound schedule
 
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(lists=st.lists(st.lists(st.integers(0, 3000), max_size=600).map(lambda x: sorted(set(x))), max_size=6),
+       repeat=st.booleans())
+def test_union_of_producer_lists(lists, repeat):
+    """derive's union of the regions' producers (long lists merged once, a few more inserted): the sorted
+    set union, one list passed through as itself, the same list twice counted once."""
+    if repeat and lists:
+        lists = lists + [lists[0]]
+    merged = {}
+    for _ in range(2):      # the second time the long lists' union comes from `merged`
+        out = _union_sorted(lists, merged)
+        assert out == sorted(set().union(*lists))
+    if len({id(x) for x in lists}) == 1:
+        assert out is lists[0]
 
 @st.composite
 def task_graphs(draw):

@@ -12,7 +12,7 @@ import bisect
 from dataclasses import dataclass
 
 from .errors import SchedulerError
-from .tasks import Task
+from .tasks import Region, Task
 
 
 @dataclass
@@ -82,21 +82,24 @@ def derive(tasks: list[Task]) -> list[Event]:
     # the tiles of one op and lane mostly read the same regions (all of h, say): derive the producers
     # once per distinct read set (the lists are shared between tasks and never mutated), and each
     # region's once (a residual's tile reads its own row's terms beside the input every tile reads)
-    by_region: dict[tuple, tuple[list[int], set[int]]] = {}
+    by_region: dict[Region, tuple[list[int], set[int]]] = {}
     by_reads: dict[tuple, tuple[list[int], list[int]]] = {}
+    interned: dict[tuple, list[int]] = {}
+    merged: dict[tuple, list[int]] = {}
+    waits_of: dict[int, tuple[int, list[tuple[int, int]]]] = {}    # id(wanted groups) -> (implied, waits)
     for t in tasks:
         key = tuple(t.reads)
         if key not in by_reads:
-            deps: set[int] = set()
-            groups: set[int] = set()
-            for r in t.reads:
-                found = by_region.get((r.arena, r.start, r.end))
-                if found is None:
-                    ids = index.writers(r.arena, r.start, r.end)
-                    found = by_region[(r.arena, r.start, r.end)] = (ids, {tasks[d].group for d in ids})
-                deps.update(found[0])
-                groups |= found[1]
-            by_reads[key] = (sorted(deps), sorted(groups))
+            found = []
+            for r in key:
+                f = by_region.get(r)
+                if f is None:
+                    ids = sorted(set(index.writers(r.arena, r.start, r.end)))
+                    ids = interned.setdefault(tuple(ids), ids)     # regions of the same writers: one list
+                    f = by_region[r] = (ids, {tasks[d].group for d in ids})
+                found.append(f)
+            groups: set[int] = set().union(*(f[1] for f in found))
+            by_reads[key] = (_union_sorted([f[0] for f in found], merged), sorted(groups))
         t.deps, wanted = by_reads[key]
         if t.deps and t.deps[-1] >= t.id:
             bad = t.deps[-1]
@@ -105,9 +108,42 @@ def derive(tasks: list[Task]) -> list[Event]:
         for g in wanted:
             implied |= ancestors[g]
             reach |= (1 << g) | ancestors[g]
-        t.waits = [(g, events[g].need) for g in wanted if not (implied >> g) & 1]
+        # tiles alike want the same groups, mostly with the same ancestors: their waits once
+        known = waits_of.get(id(wanted))
+        if known is None or known[0] != implied:
+            known = waits_of[id(wanted)] = (implied, [(g, events[g].need) for g in wanted if not (implied >> g) & 1])
+        t.waits = list(known[1])
         ancestors[t.group] |= reach
     return events
+
+
+def _union_sorted(lists: list[list[int]], merged: dict[tuple, list[int]]) -> list[int]:
+    """The sorted union of sorted, duplicate-free lists (one list: itself, shared and never mutated). A
+    residual's tile reads all of its lane's MLP output, thousands of producers in a few long lists, beside
+    its own row's few: the long lists' union is made once (`merged`, by their identities; they live as long
+    as `derive`), and the few producers go into a copy of it, not into a set of thousands sorted again."""
+    lists = list({id(ids): ids for ids in lists}.values())
+    if len(lists) <= 1:
+        return lists[0] if lists else []
+    long = [ids for ids in lists if len(ids) > 16]
+    few = set().union(*(ids for ids in lists if len(ids) <= 16))
+    if len(long) > 1:
+        key = tuple(map(id, long))
+        if key not in merged:
+            merged[key] = sorted(set().union(*long))
+        base = merged[key]
+    else:
+        base = long[0] if long else []
+    if not few:
+        return base
+    if len(few) * 16 > len(base):
+        return sorted(few.union(base))
+    out = list(base)
+    for d in sorted(few):
+        i = bisect.bisect_left(out, d)
+        if i == len(out) or out[i] != d:
+            out.insert(i, d)
+    return out
 
 
 def merge_events(tasks: list[Task], events: list[Event]) -> list[Event]:

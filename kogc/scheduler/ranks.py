@@ -24,7 +24,7 @@ from .deps import Event, derive, merge_events, order_waits_oldest_first
 from .errors import SchedulerError
 from .fuse import fuse
 from .place import place_sequential
-from .schedule import Schedule, place_tasks
+from .schedule import Schedule, place_tasks, without_cycle_collection
 from .tasks import A_RECV_EVENT, Task
 from .tile import tile_rank
 
@@ -39,6 +39,11 @@ def build_rank_schedules(graph: Graph, ranks: int, target: Target, placement: st
     """The schedules of ranks 0..ranks-1 for `graph` (unsharded), proven sound together. Placement
     "sequential" cuts each rank's one queue before every task that waits on a peer: the segments run
     one at a time, interleaved across ranks (the interpreter's emulation of several GPUs)."""
+    with without_cycle_collection():
+        return _build_rank_schedules(graph, ranks, target, placement, tile_config, num_programs, check, prune)
+
+
+def _build_rank_schedules(graph, ranks, target, placement, tile_config, num_programs, check, prune) -> list[Schedule]:
     cfg = with_stagger(attention_splits(validate(tile_config or TileConfig(), target), graph))
     out = [_rank_schedule(shard(graph, ranks, r), target, placement, cfg, num_programs) for r in range(ranks)]
     _check_alike(out)

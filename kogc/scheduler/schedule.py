@@ -1,7 +1,9 @@
 """The scheduler's pipeline and its product: IR -> fused ops -> tasks -> events -> queues, checked."""
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import gc
 import json
 import time
 from collections import Counter
@@ -244,10 +246,29 @@ class Schedule:
         })
 
 
+@contextlib.contextmanager
+def without_cycle_collection():
+    """Python's cycle collector paused: building a schedule allocates millions of small lists and tuples
+    (no cycles among them), and each collection pass walked all of them again (laneformer-2b's
+    dependencies: 3.2 s with it, 2.5 s without)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
 def build_schedule(graph: Graph, target: Target, placement: str = "parallel",
                    tile_config: TileConfig | None = None, num_programs: int | None = None,
                    check: bool = True, prune: bool = True) -> Schedule:
     """Schedule `graph` for `target`. placement="sequential" gives one queue (Triton's interpreter)."""
+    with without_cycle_collection():
+        return _build_schedule(graph, target, placement, tile_config, num_programs, check, prune)
+
+
+def _build_schedule(graph, target, placement, tile_config, num_programs, check, prune) -> Schedule:
     cfg = with_stagger(attention_splits(validate(tile_config or TileConfig(), target), graph))
     timings = {}
     t0 = time.perf_counter()
