@@ -262,6 +262,11 @@ def _progress(step: int, total: int, what: str, t0: float) -> None:
     print(f"[{step}/{total}] {what} ({time.perf_counter() - t0:.1f}s)", file=sys.stderr, flush=True)
 
 
+def _stage_progress(stage: str, seconds: float) -> None:
+    """A schedule build's stage as it ends (build_schedule's progress)."""
+    print(f"      scheduled: {stage} in {seconds:.1f}s", file=sys.stderr, flush=True)
+
+
 def _ints(text: str, what: str) -> list[int]:
     """A comma-separated list of integers (a KogcError naming the option otherwise)."""
     try:

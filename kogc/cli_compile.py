@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import time
 
-from .cli import _fail, _progress, _tile_config
+from .cli import _fail, _progress, _stage_progress, _tile_config
 from .cli_model import model_overrides
 from .errors import KogcError
 
@@ -48,7 +48,7 @@ def cmd_compile(args) -> int:
         return compile_ranks(args, graph, target, cfg, t0, total)
     try:
         # placed as kogc.compile places it (with the model's shipped task times, if any)
-        schedule = build_schedule(graph, target, tile_config=cfg)
+        schedule = build_schedule(graph, target, tile_config=cfg, progress=_stage_progress)
     except SchedulerError as e:
         return _fail(str(e))
     _progress(3, total, f"{len(schedule.tasks)} tasks on {len(schedule.queues)} programs; generating code", t0)

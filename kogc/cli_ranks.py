@@ -6,7 +6,7 @@ import os
 import sys
 import time
 
-from .cli import _fail, _ints, _progress, _tile_config, _write_json
+from .cli import _fail, _ints, _progress, _stage_progress, _tile_config, _write_json
 from .cli_compile import print_stage, write_outputs
 
 
@@ -17,7 +17,7 @@ def compile_ranks(args, graph, target, cfg, t0: float, total: int) -> int:
     from .ir.shard import check_shardable
     from .scheduler.ranks import build_rank_schedules
     check_shardable(graph, args.gpus)
-    schedules = build_rank_schedules(graph, args.gpus, target, tile_config=cfg)
+    schedules = build_rank_schedules(graph, args.gpus, target, tile_config=cfg, progress=_stage_progress)
     s0 = schedules[0]
     _progress(3, total, f"{args.gpus} ranks, {len(s0.tasks)} tasks on {len(s0.queues)} programs each; generating code",
               t0)

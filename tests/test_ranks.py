@@ -68,8 +68,11 @@ def test_a_sum_is_sent_in_blocks_of_elem_block():
     """A sum is sent by one task per block of `elem_block` elements, all counted on its peers' one receive
     event: a peer's wait needs every block from every other rank."""
     graph = to_ir(tiny(**L8))
+    told = []
     s = build_rank_schedules(graph, 2, H200, tile_config=dataclasses.replace(INTERPRETER_TILES, elem_block=16),
-                             num_programs=16)[0]
+                             num_programs=16, progress=lambda stage, seconds: told.append(stage))[0]
+    assert told == [f"rank {r} {stage}" for r in (0, 1) for stage in ("tile", "deps", "place")] + [
+        "prune (all ranks)", "check (all ranks)"]
     blocked = [x for x in s.exchanges if len(x.sends) > 1]
     assert blocked and all(len(x.sends) == 64 // 16 for x in blocked)
     for x in blocked:

@@ -6,6 +6,7 @@ pipeline builds must pass it, and schedules we break on purpose (a dropped wait,
 on no queue or on two) must fail it with a message naming the task and the wait.
 """
 import copy
+import gc
 import re
 
 import pytest
@@ -72,6 +73,15 @@ def test_real_parallel_schedule_passes_check(graphs, lanes, num_programs):
         for g, need in t.waits:
             assert need == s.events[g].need
             assert g != t.group
+
+
+def test_build_tells_each_stage_as_it_ends(graphs):
+    told = []
+    s = build_schedule(graphs(2), H200, "parallel", CFG, num_programs=8,
+                       progress=lambda stage, seconds: told.append((stage, seconds)))
+    assert [stage for stage, _ in told] == ["tile", "deps", "place", "prune", "waits", "check"]
+    assert dict(told) == s.timings and all(seconds >= 0 for _, seconds in told)
+    assert gc.isenabled()                      # the cycle collector, paused while building, runs again
 
 
 @pytest.mark.parametrize("lanes", [1, 2, 4])

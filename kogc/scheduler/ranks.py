@@ -13,7 +13,7 @@ rank must feed that rank's token (several steps in one launch).
 from __future__ import annotations
 
 import dataclasses
-import time
+from collections.abc import Callable
 
 from ..ir.graph import Graph
 from ..ir.shard import shard
@@ -24,7 +24,7 @@ from .deps import Event, derive, merge_events, order_waits_oldest_first
 from .errors import SchedulerError
 from .fuse import fuse
 from .place import place_sequential
-from .schedule import Schedule, place_tasks, without_cycle_collection
+from .schedule import Schedule, Stages, place_tasks, without_cycle_collection
 from .tasks import A_RECV_EVENT, Task
 from .tile import tile_rank
 
@@ -35,39 +35,46 @@ REMOTE_HOP_S = 3e-6
 
 def build_rank_schedules(graph: Graph, ranks: int, target: Target, placement: str = "parallel",
                          tile_config: TileConfig | None = None, num_programs: int | None = None,
-                         check: bool = True, prune: bool = True) -> list[Schedule]:
+                         check: bool = True, prune: bool = True,
+                         progress: Callable[[str, float], None] | None = None) -> list[Schedule]:
     """The schedules of ranks 0..ranks-1 for `graph` (unsharded), proven sound together. Placement
     "sequential" cuts each rank's one queue before every task that waits on a peer: the segments run
-    one at a time, interleaved across ranks (the interpreter's emulation of several GPUs)."""
+    one at a time, interleaved across ranks (the interpreter's emulation of several GPUs). progress:
+    as build_schedule's, the stages named per rank, then for all ranks together."""
     with without_cycle_collection():
-        return _build_rank_schedules(graph, ranks, target, placement, tile_config, num_programs, check, prune)
+        return _build_rank_schedules(graph, ranks, target, placement, tile_config, num_programs, check, prune,
+                                     progress)
 
 
-def _build_rank_schedules(graph, ranks, target, placement, tile_config, num_programs, check, prune) -> list[Schedule]:
+def _build_rank_schedules(graph, ranks, target, placement, tile_config, num_programs, check, prune,
+                          progress) -> list[Schedule]:
     cfg = with_stagger(attention_splits(validate(tile_config or TileConfig(), target), graph))
-    out = [_rank_schedule(shard(graph, ranks, r), target, placement, cfg, num_programs) for r in range(ranks)]
+    out = []
+    for r in range(ranks):
+        tell = None if progress is None else (lambda stage, s, r=r: progress(f"rank {r} {stage}", s))
+        out.append(_rank_schedule(shard(graph, ranks, r), target, placement, cfg, num_programs, Stages(tell)))
     _check_alike(out)
     if check or prune:
-        t0 = time.perf_counter()
+        stages = Stages(progress)
         view = _Combined(out)
         if prune and placement == "parallel":
             prune_by_program_order(view.tasks, view.events, view.queues, view.also)
             view.write_back_waits(out)
+            stages.done("prune (all ranks)")
         if check:
             check_schedule(view.tasks, view.events, view.queues, view.also)
             view.check_step_closure(out)
+            stages.done("check (all ranks)")
         for s in out:
-            s.timings["check (all ranks)"] = time.perf_counter() - t0
+            s.timings.update(stages.timings)
     return out
 
 
-def _rank_schedule(g: Graph, target: Target, placement: str, cfg: TileConfig, num_programs: int | None) -> Schedule:
-    timings = {}
-    t0 = time.perf_counter()
+def _rank_schedule(g: Graph, target: Target, placement: str, cfg: TileConfig, num_programs: int | None,
+                   stages: Stages) -> Schedule:
     ops = fuse(g, cfg)
     tasks, layout, exchanges = tile_rank(g, ops, cfg)
-    timings["tile"] = time.perf_counter() - t0
-    t0 = time.perf_counter()
+    stages.done("tile")
     events = merge_events(tasks, derive(tasks))
     first_remote = len(events)
     npeer = g.meta["ranks"] - 1
@@ -80,8 +87,7 @@ def _rank_schedule(g: Graph, target: Target, placement: str, cfg: TileConfig, nu
     for t, xs in zip(tasks, _receivers(tasks, layout, exchanges)):
         t.waits += [(exchanges[i].event, events[exchanges[i].event].need) for i in xs]
     order_waits_oldest_first(tasks, events, {x.event: x.sends for x in exchanges})
-    timings["deps"] = time.perf_counter() - t0
-    t0 = time.perf_counter()
+    stages.done("deps")
     est = 0.0
     if placement == "sequential":
         queues = _segments(tasks, place_sequential(tasks)[0], first_remote)
@@ -91,9 +97,9 @@ def _rank_schedule(g: Graph, target: Target, placement: str, cfg: TileConfig, nu
         queues, est = place_tasks(tasks, events, target, cfg, P, remote)
     else:
         raise ValueError(f"unknown placement {placement!r} (parallel | sequential)")
-    timings["place"] = time.perf_counter() - t0
+    stages.done("place")
     variants = sorted({t.variant for t in tasks}, key=lambda v: [str(x) for x in v])
-    return Schedule(g, target, placement, ops, tasks, events, queues, layout, cfg, variants, est, timings,
+    return Schedule(g, target, placement, ops, tasks, events, queues, layout, cfg, variants, est, stages.timings,
                     ranks=g.meta["ranks"], rank=g.meta["rank"], exchanges=exchanges, first_remote=first_remote)
 
 
