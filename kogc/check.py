@@ -117,6 +117,24 @@ def _progress(msg: str, quiet: bool) -> None:
         print(f"[check] {msg}", file=sys.stderr, flush=True)
 
 
+class _Phases:
+    """The check's phases: each one's seconds into res["seconds"], each start told with the time so far."""
+
+    def __init__(self, res: dict, quiet: bool):
+        self.seconds = res["seconds"] = {}
+        self.quiet = quiet
+        self.start = self.t = time.perf_counter()
+        self.phase: str | None = None
+
+    def next(self, phase: str | None, msg: str = "") -> None:
+        now = time.perf_counter()
+        if self.phase is not None:
+            self.seconds[self.phase] = now - self.t
+        self.phase, self.t = phase, now
+        if msg:
+            _progress(f"{msg} ({now - self.start:.1f}s so far)", self.quiet)
+
+
 def _sync(device: str) -> None:
     if device == "cuda":
         torch.cuda.synchronize()
@@ -152,14 +170,15 @@ def run_check(model_file: str, preset: str | None, steps: int = 256, generate: i
     res: dict = {"model_file": model_file, "preset": preset, "checkpoint": checkpoint, "seed": seed,
                  "device": "CPU (Triton interpreter)" if interpret else torch.cuda.get_device_name(),
                  "date": time.strftime("%Y-%m-%d %H:%M"), "steps": steps, "generate": generate}
-    t0 = time.perf_counter()
+    phases = _Phases(res, quiet)
+    phases.next("build")
     model = build_model(model_file, preset=preset, checkpoint=checkpoint, seed=seed, **(overrides or {}))
     dtype = next(model.parameters()).dtype
     ties = tie_dtype(dtype)
     limit = max_rel_err if max_rel_err is not None else default_max_rel_err(dtype)
     res.update(dtype=str(dtype).replace("torch.", ""), max_rel_err_allowed=limit, tie_ulps=TIE_ULPS,
                tie_dtype=str(ties).replace("torch.", ""))
-    _progress(f"built {preset or checkpoint} ({time.perf_counter() - t0:.1f}s); compiling", quiet)
+    phases.next("compile", f"built {preset or checkpoint}; compiling")
     if not interpret:
         torch.cuda.synchronize()
         mem0 = torch.cuda.memory_allocated()
@@ -169,6 +188,7 @@ def run_check(model_file: str, preset: str | None, steps: int = 256, generate: i
     if gpus > 1:
         res["ranks_on"] = ranks_on(gpus, interpret, one_gpu)
     res["compile_s"] = time.perf_counter() - t0
+    phases.next("memory check")
     vocab, max_pos = ck.vocab, ck.max_pos
     if steps > max_pos:
         raise KogcError(f"--steps {steps} does not fit the KV cache of {max_pos} positions")
@@ -186,7 +206,8 @@ def run_check(model_file: str, preset: str | None, steps: int = 256, generate: i
                             f"{MEMORY_RATIO_MAX}x + {MEMORY_SLACK >> 20} MiB)")
     if weights == "fp8":
         if steps:
-            _progress(f"{steps} steps of the FP8 kernel against the kernel with the model's weights", quiet)
+            phases.next("fp8 against model weights",
+                        f"{steps} steps of the FP8 kernel against the kernel with the model's weights")
             full = kogc_compile(model, interpret=interpret, tile_config=tile_config)
             res["fp8_vs_model_weights"] = _against_model_weights(ck, full, steps, prompt[0])
             full = None
@@ -194,6 +215,7 @@ def run_check(model_file: str, preset: str | None, steps: int = 256, generate: i
         from .fp8 import fake_quantize_module
         res["fake_quantized"] = len(fake_quantize_module(model, ck.ir, stored_schedule(ck).weight_format))
     ref32 = None
+    phases.next("eager models")
     if fp32_ref:
         ref32 = copy.deepcopy(model).float().to(device)
         _reset(ref32)
@@ -201,7 +223,7 @@ def run_check(model_file: str, preset: str | None, steps: int = 256, generate: i
     _reset(eager)
     with torch.no_grad():
         if steps:
-            _progress(f"{steps} steps against eager, one launch each", quiet)
+            phases.next("steps", f"{steps} steps against eager, one launch each")
             res.update(_check_steps(ck, eager, ref32, steps, prompt[0], device, ties))
             if res["max_rel_err"] > limit:
                 failures.append(f"steps: max relative error {res['max_rel_err']:.2e} > {limit:.0e}")
@@ -214,7 +236,7 @@ def run_check(model_file: str, preset: str | None, steps: int = 256, generate: i
                                 f"{f['eager_mean_rel_err']:.2e} (+{FP32_SLACK:.0%})")
         ref32 = None
         if generate:
-            _progress(f"{generate} greedy tokens in one launch against eager and a step loop", quiet)
+            phases.next("generation", f"{generate} greedy tokens in one launch against eager and a step loop")
             _reset(eager)
             ck.reset()
             res["generation"] = g = _check_generate(ck, eager, prompt, generate, device, ties, interpret)
@@ -225,8 +247,8 @@ def run_check(model_file: str, preset: str | None, steps: int = 256, generate: i
                 failures.append(f"generation: a loop of one-step launches gave other tokens than one launch (first "
                                 f"difference at token {g['step_loop_first_difference']})")
         if gpus > 1:
-            _progress(f"{gpus} ranks against the one-GPU kernel: {steps} steps, {generate} tokens, {repeats} "
-                      f"repeated launches", quiet)
+            phases.next("ranks against one GPU", f"{gpus} ranks against the one-GPU kernel: {steps} steps, "
+                        f"{generate} tokens, {repeats} repeated launches")
             ck.reset()
             # the one-GPU kernel stores the weights as the ranks do (FP8: quantized again from the fake-quantized
             # model, which gives the same codes and scales)
@@ -241,6 +263,7 @@ def run_check(model_file: str, preset: str | None, steps: int = 256, generate: i
                                 f"{TIE_ULPS:g} steps of the one-GPU kernel's maximum")
             if s["hangs"]:
                 failures.append(f"ranks: {s['hangs']} of {repeats} repeated launches stopped on a stuck wait")
+    phases.next(None)
     res["vocab"] = vocab
     res["failures"] = failures
     res["passed"] = not failures
@@ -428,5 +451,7 @@ def format_check(res: dict) -> str:
                      + ("the same tokens as its own generation" if s.get("generation_first_difference") is None
                         else f"its own generation parts at token {s['generation_first_difference']}")
                      + f"; {s['hangs']} hangs in {s['repeats']} repeated launches")
+    if res.get("seconds"):
+        lines.append("seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in res["seconds"].items()))
     lines.append("RESULT: " + ("PASS" if res["passed"] else "FAIL: " + "; ".join(res["failures"])))
     return "\n".join(lines)

@@ -41,13 +41,13 @@ def bench_ranks(args, preset: str | None, context: int, overrides: dict) -> int:
     started = start_ranks(args)
     if started is not None:
         return started
-    from .bench import format_table, write_json
+    from .bench import _progress as bench_progress, format_table, write_json
     from .bench.ranks import format_remote_waits, mirror_speedup, run_bench_ranks
     res = run_bench_ranks(args.model_file, preset, args.gpus, "mirror" if args.mirror else args.one_gpu,
                           context=context, steps=args.steps, reps=args.reps, checkpoint=args.checkpoint,
                           overrides=overrides, kogc_options={"tile_config": _tile_config(args.tile_config),
                                                                          "weights": args.weights},
-                          progress=lambda m: print(f"[bench] {m}", file=sys.stderr, flush=True),
+                          progress=lambda m: bench_progress(m, quiet=False),
                           profile=args.profile or True, task_times=args.task_times)
     print(format_table(res))
     print(f"(floor: {res['floor']['per']})")

@@ -149,4 +149,6 @@ def test_check_of_fp8_ranks_under_the_interpreter():
                     weights="fp8", repeats=1, overrides={"num_lanes": 2})
     assert res["passed"], res["failures"]
     assert res["fake_quantized"] > 0 and res["max_rel_err"] < 1e-4
+    assert list(res["seconds"]) == ["build", "compile", "memory check", "fp8 against model weights", "eager models",
+                                    "steps", "generation", "ranks against one GPU"]
     assert res["single_gpu"]["max_rel_err"] < 1e-5 and not res["single_gpu"]["argmax_misses"]

@@ -30,9 +30,15 @@ ALL_BASELINES = ("eager", "cuda_graph", "compile", "cuda_graph_trim", "handwritt
 AS_WRITTEN = ("eager", "cuda_graph", "compile", "cuda_graph_trim")
 
 
+_STARTED: list[float] = []      # when this process told its first progress line
+
+
 def _progress(msg: str, quiet: bool) -> None:
+    """A progress line with the seconds since the first (a bench of laneformer-7b takes minutes)."""
     if not quiet:
-        print(f"[bench] {msg}", file=sys.stderr, flush=True)
+        if not _STARTED:
+            _STARTED.append(time.perf_counter())
+        print(f"[bench {time.perf_counter() - _STARTED[0]:.0f}s] {msg}", file=sys.stderr, flush=True)
 
 
 def run_bench(model_file: str, preset: str | None, context: int = 1024, steps: int = 100, reps: int = 5,
