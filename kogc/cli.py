@@ -14,7 +14,7 @@ EMITS = ("ir", "ir-json", "tasks", "schedule", "source")
 
 def _tile_config(text: str | None):
     """--tile-config JSON -> a TileConfig (None: the defaults)."""
-    from .scheduler.tile import tile_config_from_json
+    from .scheduler.config import tile_config_from_json
     return tile_config_from_json(text) if text else None
 
 

@@ -37,7 +37,7 @@ def _schedule_only(out, tile_config: str):
     from kogc.frontend.model_file import build_model
     from kogc.ir import to_text
     from kogc.scheduler import build_schedule
-    from kogc.scheduler.tile import tile_config_from_json
+    from kogc.scheduler.config import tile_config_from_json
     from kogc.targets import H200
     model = build_model(MODEL_FILE, preset="tiny", device="meta", seed=None)
     graph = to_ir(model)

@@ -447,7 +447,7 @@ def test_placement_with_measured_kind_times(graphs):
     # from the table falls back to bytes
     import dataclasses
     from kogc.scheduler.schedule import kind_seconds
-    from kogc.scheduler.tile import tile_config_from_json
+    from kogc.scheduler.config import tile_config_from_json
     g = graphs(2)
     base = build_schedule(g, H200, "parallel", CFG, num_programs=8)
     kinds = sorted({t.kind_key for t in base.tasks})

@@ -49,7 +49,7 @@ def analyze(what: str, path: str, latencies: list[float] | None = None, first_la
 
 def _placed_with(schedule, ids, ts, meta: dict, place_with: str, schedule_args: dict) -> dict:
     """replay_placement against the schedule of the profiled settings with place_with's fields over them."""
-    from ..scheduler.tile import tile_config_from_json
+    from ..scheduler.config import tile_config_from_json
     tile_config_from_json(place_with)        # one clear error for bad JSON, unknown fields or values
     fields = json.loads(place_with)
     base = json.loads(schedule_args.get("tile_config") or "null") or meta.get("tile_config") or {}

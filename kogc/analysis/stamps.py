@@ -61,7 +61,7 @@ def schedule_for(meta: dict, model_file: str | None = None, preset: str | None =
     from ..frontend import to_ir
     from ..frontend.model_file import build_for_tracing
     from ..scheduler import TileConfig, build_schedule
-    from ..scheduler.tile import tile_config_from_json
+    from ..scheduler.config import tile_config_from_json
     from ..targets import get_target
 
     if checkpoint is None and preset is None:

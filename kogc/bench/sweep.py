@@ -44,7 +44,7 @@ def parse_variants(text: str, interpret: bool, base: str | None = None) -> list[
     (--tile-config JSON): TileConfig fields every variant starts from."""
     from ..api import INTERPRETER_TILES
     from ..scheduler import TileConfig
-    from ..scheduler.tile import tile_config_from_json
+    from ..scheduler.config import tile_config_from_json
     try:
         variants = json.loads(text)
     except json.JSONDecodeError as e:

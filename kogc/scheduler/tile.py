@@ -11,7 +11,7 @@ import struct
 from dataclasses import dataclass, field
 
 from ..ir.graph import Graph, Op
-from .config import TileConfig, attention_splits, last_split_combines, tile_config_from_json  # noqa: F401 (re-exported)
+from .config import TileConfig, attention_splits, last_split_combines
 from .errors import SchedulerError
 from .fuse import (ALL, ATTN_COMBINE, OTHERS, OWN, PLAIN, RESIDUAL, ROPE_CACHE, ROPE_STORE, SILU_MUL, STORE_ARGMAX,
                    FusedOp, is_pow2)
