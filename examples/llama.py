@@ -153,10 +153,17 @@ class Llama(nn.Module):
         self.output = nn.Linear(c.dim, c.vocab_size, bias=False)
         if c.tie_embeddings:
             self.output.weight = self.tok_embeddings.weight
-        self.register_buffer("freqs_cis", precompute_freqs_cis(c.head_dim or c.dim // c.n_heads, c.max_seq_len, c.rope_theta),
-                             persistent=False)
-        causal = torch.tril(torch.ones(c.max_seq_len, c.max_seq_len, dtype=torch.bool))
-        self.register_buffer("causal_mask", causal, persistent=False)
+        self.register_buffer("freqs_cis", None, persistent=False)
+        self.register_buffer("causal_mask", None, persistent=False)
+        self.compute_buffers()
+
+    def compute_buffers(self) -> None:
+        """The RoPE table and the causal mask, on the module's device (again after `to_empty`)."""
+        c = self.config
+        device = self.norm.weight.device
+        with torch.device(device):
+            self.freqs_cis = precompute_freqs_cis(c.head_dim or c.dim // c.n_heads, c.max_seq_len, c.rope_theta)
+            self.causal_mask = torch.tril(torch.ones(c.max_seq_len, c.max_seq_len, dtype=torch.bool))
 
     def forward(self, token: torch.Tensor, pos: torch.Tensor):
         """token, pos: int64 scalars (one decode step). Returns (logits [V], the greedy next token)."""
@@ -176,17 +183,32 @@ class Llama(nn.Module):
 
 
 def build(c: LlamaConfig, device="cpu", dtype=None, seed: int | None = 0) -> Llama:
+    """A Llama on `device` in `dtype`; random weights from `seed` (None: as constructed). Each parameter's
+    numbers are torch.randn's for its shape, drawn into one reused fp32 buffer: the layers' own default
+    initialisation, overwritten anyway, is skipped (the model is made on meta, then given memory and its
+    computed buffers), and no fp32 copy of the model is made (Llama-3.2-1B's shapes: 28 -> 9 s on 2 cores)."""
     dtype = dtype or getattr(torch, c.dtype)
-    with torch.device("cpu" if seed is not None else device):
-        model = Llama(c)
-    if seed is not None:
+    if seed is None:
+        with torch.device(device):
+            model = Llama(c)
+    else:
+        with torch.device("meta"):
+            model = Llama(c)
+        model.to_empty(device="cpu")
+        if c.tie_embeddings:        # (to_empty gives each module its own tensor)
+            model.output.weight = model.tok_embeddings.weight
+        model.compute_buffers()
+        model.reset_cache()
         gen = torch.Generator().manual_seed(seed)
+        scratch = torch.empty(max(p.numel() for p in model.parameters()))
         for name, p in model.named_parameters():
-            vals = (1.0 + 0.1 * torch.randn(p.shape, generator=gen) if name.endswith("norm.weight")
-                    else torch.randn(p.shape, generator=gen) / math.sqrt(p.shape[-1]))
-            with torch.no_grad():
-                p.copy_(vals)
-    model = model.to(device=device)
+            vals = scratch[:p.numel()].view(p.shape).normal_(generator=gen)
+            if name.endswith("norm.weight"):
+                vals.mul_(0.1).add_(1.0)
+            else:
+                vals.div_(math.sqrt(p.shape[-1]))
+            p.data = vals.to(dtype, copy=True)
+        model = model.to(device=device)
     for p in model.parameters():        # (Module.to(dtype) would also make the complex RoPE table real)
         p.data = p.data.to(dtype)
     return model.requires_grad_(False)
