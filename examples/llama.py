@@ -183,35 +183,36 @@ class Llama(nn.Module):
 
 
 def build(c: LlamaConfig, device="cpu", dtype=None, seed: int | None = 0) -> Llama:
-    """A Llama on `device` in `dtype`; random weights from `seed` (None: as constructed). Each parameter's
-    numbers are torch.randn's for its shape, drawn into one reused fp32 buffer: the layers' own default
-    initialisation, overwritten anyway, is skipped (the model is made on meta, then given memory and its
-    computed buffers), and no fp32 copy of the model is made (Llama-3.2-1B's shapes: 28 -> 9 s on 2 cores)."""
+    """A Llama on `device` in `dtype`, with random weights from `seed`, or with seed=None zeros (what tracing
+    needs is their shapes; on the meta device: shapes only, no memory). The model is made on meta, then given memory
+    and its computed buffers: the layers' own default initialisation, overwritten anyway, is skipped. Each
+    parameter's numbers are torch.randn's for its shape, drawn into one reused fp32 buffer, so no fp32 copy of
+    the model is made (Llama-3.2-1B's shapes: 28 -> 9 s on 2 cores)."""
     dtype = dtype or getattr(torch, c.dtype)
-    if seed is None:
-        with torch.device(device):
-            model = Llama(c)
-    else:
-        with torch.device("meta"):
-            model = Llama(c)
-        model.to_empty(device="cpu")
-        if c.tie_embeddings:        # (to_empty gives each module its own tensor)
-            model.output.weight = model.tok_embeddings.weight
-        model.compute_buffers()
-        model.reset_cache()
-        gen = torch.Generator().manual_seed(seed)
-        scratch = torch.empty(max(p.numel() for p in model.parameters()))
-        for name, p in model.named_parameters():
-            vals = scratch[:p.numel()].view(p.shape).normal_(generator=gen)
-            if name.endswith("norm.weight"):
-                vals.mul_(0.1).add_(1.0)
-            else:
-                vals.div_(math.sqrt(p.shape[-1]))
-            p.data = vals.to(dtype, copy=True)
-        model = model.to(device=device)
-    for p in model.parameters():        # (Module.to(dtype) would also make the complex RoPE table real)
-        p.data = p.data.to(dtype)
-    return model.requires_grad_(False)
+    with torch.device("meta"):
+        model = Llama(c)
+    if device == "meta":            # (Module.to(dtype) would also make the complex RoPE table real)
+        for p in model.parameters():
+            p.data = p.data.to(dtype)
+        return model.requires_grad_(False)
+    model.to_empty(device="cpu")
+    if c.tie_embeddings:        # (to_empty gives each module its own tensor)
+        model.output.weight = model.tok_embeddings.weight
+    model.compute_buffers()
+    model.reset_cache()
+    gen = torch.Generator().manual_seed(seed) if seed is not None else None
+    scratch = torch.empty(max(p.numel() for p in model.parameters())) if seed is not None else None
+    for name, p in model.named_parameters():
+        if seed is None:
+            p.data = torch.zeros(p.shape, dtype=dtype)
+            continue
+        vals = scratch[:p.numel()].view(p.shape).normal_(generator=gen)
+        if name.endswith("norm.weight"):
+            vals.mul_(0.1).add_(1.0)
+        else:
+            vals.div_(math.sqrt(p.shape[-1]))
+        p.data = vals.to(dtype, copy=True)
+    return model.to(device=device).requires_grad_(False)
 
 
 def kogc_model(preset: str | None = None, checkpoint: str | None = None, device: str = "cpu",
