@@ -200,18 +200,19 @@ def build(c: LlamaConfig, device="cpu", dtype=None, seed: int | None = 0) -> Lla
         model.output.weight = model.tok_embeddings.weight
     model.compute_buffers()
     model.reset_cache()
-    gen = torch.Generator().manual_seed(seed) if seed is not None else None
-    scratch = torch.empty(max(p.numel() for p in model.parameters())) if seed is not None else None
-    for name, p in model.named_parameters():
-        if seed is None:
+    if seed is None:
+        for p in model.parameters():
             p.data = torch.zeros(p.shape, dtype=dtype)
-            continue
-        vals = scratch[:p.numel()].view(p.shape).normal_(generator=gen)
-        if name.endswith("norm.weight"):
-            vals.mul_(0.1).add_(1.0)
-        else:
-            vals.div_(math.sqrt(p.shape[-1]))
-        p.data = vals.to(dtype, copy=True)
+    else:
+        gen = torch.Generator().manual_seed(seed)
+        scratch = torch.empty(max(p.numel() for p in model.parameters()))
+        for name, p in model.named_parameters():
+            vals = scratch[:p.numel()].view(p.shape).normal_(generator=gen)
+            if name.endswith("norm.weight"):
+                vals.mul_(0.1).add_(1.0)
+            else:
+                vals.div_(math.sqrt(p.shape[-1]))
+            p.data = vals.to(dtype, copy=True)
     return model.to(device=device).requires_grad_(False)
 
 
