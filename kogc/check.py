@@ -159,6 +159,7 @@ def run_check(model_file: str, preset: str | None, steps: int = 256, generate: i
     weights="fp8": the kernel streams FP8 weights, and eager runs the same quantized weights
     (kogc.fp8.fake_quantize_module); the kernel with the model's weights is compared too (reported)."""
     from .api import compile as kogc_compile
+    from .bench.replayed import ReplayedStep
     from .frontend.model_file import build_model
 
     if steps < 0 or generate < 0:
@@ -221,10 +222,17 @@ def run_check(model_file: str, preset: str | None, steps: int = 256, generate: i
         _reset(ref32)
     eager = model.to(device)
     _reset(eager)
+    eager_step = ReplayedStep(eager, device, _reset)
+    res["reference"] = eager_step.how
+    step32 = None
+    if ref32 is not None:
+        step32 = ReplayedStep(ref32, device, _reset)
+        res["reference_fp32"] = step32.how
+    _progress(f"eager references: {eager_step.how}" + (f"; fp32: {step32.how}" if step32 else ""), quiet)
     with torch.no_grad():
         if steps:
             phases.next("steps", f"{steps} steps against eager, one launch each")
-            res.update(_check_steps(ck, eager, ref32, steps, prompt[0], device, ties))
+            res.update(_check_steps(ck, eager_step, step32, steps, prompt[0], ties))
             if res["max_rel_err"] > limit:
                 failures.append(f"steps: max relative error {res['max_rel_err']:.2e} > {limit:.0e}")
             if res["argmax_misses"]:
@@ -234,12 +242,12 @@ def run_check(model_file: str, preset: str | None, steps: int = 256, generate: i
                 f = res["fp32"]
                 failures.append(f"fp32 reference: kogc's mean error {f['kogc_mean_rel_err']:.2e} > eager's "
                                 f"{f['eager_mean_rel_err']:.2e} (+{FP32_SLACK:.0%})")
-        ref32 = None
+        ref32 = step32 = None
         if generate:
             phases.next("generation", f"{generate} greedy tokens in one launch against eager and a step loop")
             _reset(eager)
             ck.reset()
-            res["generation"] = g = _check_generate(ck, eager, prompt, generate, device, ties, interpret)
+            res["generation"] = g = _check_generate(ck, eager_step, prompt, generate, device, ties, interpret)
             if g["argmax_misses"]:
                 failures.append(f"generation: {len(g['argmax_misses'])} tokens beyond {TIE_ULPS:g} steps of "
                                 f"eager's maximum")
@@ -294,14 +302,14 @@ def _against_model_weights(ck, full, steps: int, token: int) -> dict:
     return {"steps": steps, "max_rel_err": max(errs), "mean_rel_err": sum(errs) / steps, "top1_agreement": agree / steps}
 
 
-def _check_steps(ck, eager, ref32, steps: int, token: int, device: str, ties: torch.dtype) -> dict:
+def _check_steps(ck, eager, ref32, steps: int, token: int, ties: torch.dtype) -> dict:
+    """`eager` and `ref32` (or None): step(token, pos) -> (logits, token) of the references (ReplayedStep)."""
     errs, misses, agree, near = [], [], 0, 0
     e32 = {"kogc": [], "eager": []}
     miss32 = {"kogc": 0, "eager": 0}
     tok = token
     for pos in range(steps):
-        t, p = torch.tensor(tok, device=device), torch.tensor(pos, device=device)
-        ref_logits, ref_tok = eager(t, p)
+        ref_logits, ref_tok = eager(tok, pos)
         logits, got = ck.step(tok, pos)
         ref = ref_logits.float().cpu()
         errs.append(rel_err(logits.float(), ref))
@@ -311,7 +319,7 @@ def _check_steps(ck, eager, ref32, steps: int, token: int, device: str, ties: to
         if m is not None:
             misses.append({"step": pos, **m})
         if ref32 is not None:
-            l32, _ = ref32(t, p)
+            l32, _ = ref32(tok, pos)
             l32 = l32.float().cpu()
             for name, (lg, tk) in {"kogc": (logits, got), "eager": (ref_logits, int(ref_tok))}.items():
                 e32[name].append(rel_err(lg.float(), l32))
@@ -348,7 +356,7 @@ def _check_generate(ck, eager, prompt: list[int], n: int, device: str, ties: tor
     step_s = time.perf_counter() - t0
     rows, seq = [], prompt + tokens
     for pos in range(len(seq) - 1):        # eager decodes kogc's sequence (teacher forcing)
-        logits, _ = eager(torch.tensor(seq[pos], device=device), torch.tensor(pos, device=device))
+        logits, _ = eager(seq[pos], pos)
         if pos >= len(prompt) - 1:
             rows.append(logits.float().cpu())
     misses = tie_aware_mismatches(rows, tokens, TIE_ULPS, ties)
@@ -414,6 +422,9 @@ def format_check(res: dict) -> str:
     if "memory_ratio" in res:
         lines.append(f"GPU memory: {res['gpu_bytes_used'] / 1e9:.3f} GB used for {res['gpu_bytes_needed'] / 1e9:.3f} "
                      f"GB of buffers ({res['memory_ratio']:.3f}x)")
+    if res.get("reference"):
+        lines.append(f"eager reference run as: {res['reference']}"
+                     + (f"; the fp32 copy as: {res['reference_fp32']}" if res.get("reference_fp32") else ""))
     if res["steps"]:
         lines.append(f"steps: {res['steps']} against eager: relative error max {res['max_rel_err']:.2e} mean "
                      f"{res['mean_rel_err']:.2e} (allowed {res['max_rel_err_allowed']:.0e}); argmax equal "

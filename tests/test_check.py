@@ -88,6 +88,7 @@ def test_check_under_the_interpreter(tmp_path, capsys):
     assert "RESULT: PASS" in text and "fp32 reference" in text and "step loop same tokens" in text
     res = json.loads(out.read_text())
     assert res["passed"] and res["steps"] == 1 and res["max_rel_err"] < 1e-4 and not res["argmax_misses"]
+    assert res["reference"] == "eager (no GPU)" and "eager reference run as: eager (no GPU)" in text
     assert res["fp32"]["kogc_no_farther_than_eager"]
     g = res["generation"]
     assert g["tokens"] == 1 and g["step_loop_same_tokens"] and not g["argmax_misses"]
@@ -129,6 +130,7 @@ def test_laneformer_2b_matches_eager_and_generates_in_one_launch():
     res = run_check(MODEL_FILE, "laneformer-2b", steps=256, generate=256, fp32_ref=True, quiet=True)
     assert res["passed"], res["failures"]
     assert res["max_rel_err"] < 1e-2 and res["memory_ratio"] < 1.05
+    assert res["reference"] == res["reference_fp32"] == "CUDA graph"
     g = res["generation"]
     assert g["tokens"] == 256 and not g["argmax_misses"] and g["step_loop_same_tokens"]
     assert g["generate_tok_per_s"] >= g["step_loop_tok_per_s"]
@@ -152,3 +154,31 @@ def test_check_of_fp8_ranks_under_the_interpreter():
     assert list(res["seconds"]) == ["build", "compile", "memory check", "fp8 against model weights", "eager models",
                                     "steps", "generation", "ranks against one GPU"]
     assert res["single_gpu"]["max_rel_err"] < 1e-5 and not res["single_gpu"]["argmax_misses"]
+
+
+@pytest.mark.gpu
+def test_replayed_reference_equals_eager_and_falls_back_where_capture_fails():
+    # the check's references replay one CUDA graph: bit-equal to eager step by step on fresh random weights; a step
+    # that reads a value on the host cannot be captured and stays eager, saying why
+    from conftest import tiny
+
+    from kogc.bench.replayed import ReplayedStep
+    from kogc.check import _reset
+    model = tiny(seed=11, num_lanes=2, dtype=torch.float16).cuda()
+    replayed, fresh = ReplayedStep(model, "cuda", _reset), tiny(seed=11, num_lanes=2, dtype=torch.float16).cuda()
+    assert replayed.how == "CUDA graph"
+    tok = 5
+    with torch.no_grad():
+        for pos in range(12):
+            logits, got = replayed(tok, pos)
+            want, want_tok = fresh(torch.tensor(tok, device="cuda"), torch.tensor(pos, device="cuda"))
+            assert torch.equal(logits, want) and int(got) == int(want_tok), pos
+            tok = (int(got) + pos) % 7
+
+    class HostRead(torch.nn.Module):
+        def forward(self, token, pos):
+            logits = torch.arange(8.0, device=token.device) * float(pos.item() + 1)
+            return logits, torch.argmax(logits)
+    fallback = ReplayedStep(HostRead(), "cuda", lambda m: None)
+    assert fallback.how.startswith("eager (capture failed: ")
+    assert float(fallback(0, 2)[0][1]) == 3.0

@@ -37,6 +37,12 @@ def eager_step(model, device: str, context: int):
 
 def capture(fn, *args):
     """fn(*args) captured in ONE CUDA graph, after three warm-up runs on a side stream."""
+    return capture_with_output(fn, *args)[0]
+
+
+def capture_with_output(fn, *args):
+    """(graph, out): fn(*args) captured in ONE CUDA graph after three warm-up runs on a side stream, and the
+    tensors the captured call returned (each replay writes them again)."""
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s), torch.no_grad():
@@ -45,8 +51,8 @@ def capture(fn, *args):
     torch.cuda.current_stream().wait_stream(s)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph), torch.no_grad():
-        fn(*args)
-    return graph
+        out = fn(*args)
+    return graph, out
 
 
 def graph_step(model, device: str, context: int):
