@@ -246,9 +246,35 @@ def test_union_of_producer_lists(lists, repeat):
     merged = {}
     for _ in range(2):      # the second time the long lists' union comes from `merged`
         out = _union_sorted(lists, merged)
-        assert out == sorted(set().union(*lists))
+        union = sorted(set().union(*lists))
+        assert out == union and list(out) == union and len(out) == len(union)
+        assert not union or out[-1] == union[-1]
+        assert not set(out.own) & set(out.shared) and list(out.own) == sorted(out.own)
     if len({id(x) for x in lists}) == 1:
-        assert out is lists[0]
+        assert out.shared is lists[0] and not out.own
+
+
+@pytest.mark.parametrize("own", [(), (7, 300)])
+def test_a_long_shared_producer_list_is_checked_as_one_requirement(own):
+    """The soundness check's coverage test: a shared list of producers long enough to be checked per program
+    (check.LONG_PRODUCERS) and a task's own producers beside it; each producer left uncovered is named."""
+    import numpy as np
+    from kogc.scheduler.tasks import Deps
+    P, n = 5, 400
+    prog = np.arange(n) % P
+    slot = np.arange(n) // P
+    shared = [d for d in range(0, 300, 2) if d not in own]
+    t = Task(id=n - 1, variant=("x",), op="x", lane=0, layer=0, args=[], reads=[], writes=[],
+             deps=Deps(shared, tuple(own)))
+    assert len(shared) >= check_mod.LONG_PRODUCERS
+    uncovered = check_mod._coverage([t], prog, slot, P)
+    full = np.array([max(slot[d] for d in t.deps if prog[d] == p) + 1 for p in range(P)])
+    assert uncovered(t, full) is None
+    for d in [shared[0], shared[-1], *own]:
+        vc = full.copy()
+        vc[prog[d]] = slot[d]                    # d itself not yet known complete
+        x = uncovered(t, vc)                     # d, or another producer its program has not finished either
+        assert x in list(t.deps) and prog[x] == prog[d] and slot[x] >= slot[d]
 
 @st.composite
 def task_graphs(draw):

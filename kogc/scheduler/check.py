@@ -12,7 +12,7 @@ import numpy as np
 
 from .deps import Event
 from .errors import SchedulerError
-from .tasks import Task
+from .tasks import Task, parts
 
 
 def check_schedule(tasks: list[Task], events: list[Event], queues: list[list[int]],
@@ -61,13 +61,7 @@ def _simulate(tasks: list[Task], events: list[Event], queues: list[list[int]], p
     vc_event = np.zeros((len(events), P), dtype=np.int64)
     parked: dict[int, list[int]] = {}
     runnable = list(range(P))
-    as_array: dict[int, np.ndarray] = {}     # tasks with the same reads share one deps list
-    deps = []
-    for t in tasks:
-        d = as_array.get(id(t.deps))
-        if d is None:
-            d = as_array[id(t.deps)] = np.asarray(t.deps, dtype=np.int64)
-        deps.append(d)
+    uncovered = _coverage(tasks, prog, slot, P)
     if prune:   # per event and program: how many of that queue's tasks must be done (slot + 1)
         need_vec = np.zeros((len(events), P), dtype=np.int64)
         for t in tasks:
@@ -93,12 +87,9 @@ def _simulate(tasks: list[Task], events: list[Event], queues: list[list[int]], p
                 np.maximum(vc, vc_event[g], out=vc)
             if prune:
                 t.waits = kept
-            d = deps[t.id]
-            if d.size:
-                ok = vc[prog[d]] > slot[d]
-                if not ok.all():
-                    bad = int(d[np.argmin(ok)])
-                    raise SchedulerError(
+            bad = uncovered(t, vc)
+            if bad is not None:
+                raise SchedulerError(
                         f"race: task {t.id} ({t.op}, lane {t.lane}) on program {p} reads what task {bad} "
                         f"({tasks[bad].op}, lane {tasks[bad].lane}) on program {prog[bad]} writes, but no wait "
                         f"orders them (waits: {[events[g].name for g, _ in t.waits]})")
@@ -121,6 +112,40 @@ def _simulate(tasks: list[Task], events: list[Event], queues: list[list[int]], p
         raise SchedulerError(f"deadlock: {where} waiting on event {g} ({events[g].name}) for {n} tasks, only "
                              f"{count[g]} can ever finish; {len(stuck)} programs stuck")
     return dropped
+
+
+LONG_PRODUCERS = 64   # a shared producer list this long is checked as one requirement per program
+
+
+def _coverage(tasks: list[Task], prog: np.ndarray, slot: np.ndarray, P: int):
+    """uncovered(task, vc): a producer of the task that the vector clock vc (per program, how many of its
+    tasks are known complete) does not cover, or None. A long shared list of producers (Deps.shared) is
+    turned once into what it needs of each program, the slot + 1 of its last producer there; the rest of
+    a task's producers are checked one by one. Tasks that read alike share both."""
+    need_of: dict[int, np.ndarray | None] = {}
+    few_of: dict[int, np.ndarray] = {}
+
+    def uncovered(t: Task, vc: np.ndarray) -> int | None:
+        shared, own = parts(t.deps)
+        need = need_of.get(id(shared), False)
+        if need is False:
+            need = None
+            if len(shared) >= LONG_PRODUCERS:
+                ids = np.asarray(shared, dtype=np.int64)
+                need = np.zeros(P, dtype=np.int64)
+                np.maximum.at(need, prog[ids], slot[ids] + 1)
+            need_of[id(shared)] = need
+        if need is not None and not (vc >= need).all():
+            return next(d for d in shared if vc[prog[d]] <= slot[d])
+        few = few_of.get(id(t.deps))
+        if few is None:
+            few = few_of[id(t.deps)] = np.asarray(list(own) if need is not None else list(t.deps), dtype=np.int64)
+        if few.size:
+            ok = vc[prog[few]] > slot[few]
+            if not ok.all():
+                return int(few[np.argmin(ok)])
+        return None
+    return uncovered
 
 
 def _publishes(t: Task, also: dict[int, list[int]]) -> tuple[int, ...]:

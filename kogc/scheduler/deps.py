@@ -12,7 +12,7 @@ import bisect
 from dataclasses import dataclass
 
 from .errors import SchedulerError
-from .tasks import Region, Task
+from .tasks import Deps, Region, Task, parts
 
 
 @dataclass
@@ -117,14 +117,14 @@ def derive(tasks: list[Task]) -> list[Event]:
     return events
 
 
-def _union_sorted(lists: list[list[int]], merged: dict[tuple, list[int]]) -> list[int]:
-    """The sorted union of sorted, duplicate-free lists (one list: itself, shared and never mutated). A
-    residual's tile reads all of its lane's MLP output, thousands of producers in a few long lists, beside
-    its own row's few: the long lists' union is made once (`merged`, by their identities; they live as long
-    as `derive`), and the few producers go into a copy of it, not into a set of thousands sorted again."""
+def _union_sorted(lists: list[list[int]], merged: dict[tuple, list[int]]) -> Deps:
+    """The sorted union of sorted, duplicate-free lists, as a Deps: the long lists' union shared (one list:
+    itself; several: made once per combination, `merged`, keyed by their identities, which live as long as
+    `derive`), the few producers of the short lists apart. A residual's tile reads all of its lane's MLP
+    output, thousands of producers in a few long lists, beside its own row's few."""
     lists = list({id(ids): ids for ids in lists}.values())
     if len(lists) <= 1:
-        return lists[0] if lists else []
+        return Deps(lists[0] if lists else [])
     long = [ids for ids in lists if len(ids) > 16]
     few = set().union(*(ids for ids in lists if len(ids) <= 16))
     if len(long) > 1:
@@ -134,16 +134,14 @@ def _union_sorted(lists: list[list[int]], merged: dict[tuple, list[int]]) -> lis
         base = merged[key]
     else:
         base = long[0] if long else []
-    if not few:
-        return base
-    if len(few) * 16 > len(base):
-        return sorted(few.union(base))
-    out = list(base)
+    if not base:
+        return Deps(sorted(few))
+    own = []
     for d in sorted(few):
-        i = bisect.bisect_left(out, d)
-        if i == len(out) or out[i] != d:
-            out.insert(i, d)
-    return out
+        i = bisect.bisect_left(base, d)
+        if i == len(base) or base[i] != d:
+            own.append(d)
+    return Deps(base, tuple(own))
 
 
 def merge_events(tasks: list[Task], events: list[Event]) -> list[Event]:
@@ -198,13 +196,18 @@ def share_lane_events(tasks: list[Task], events: list[Event]) -> None:
     it replaces were, so the waits pruned later stay implied. Appends those events and sets each
     producer's `publish_too` (which the soundness check and the pruning count too)."""
     ancestors = [0] * len(events)      # per event: the events complete whenever it is
-    reach: dict[int, int] = {}         # per distinct producer list (tasks that read alike share one)
+    reach: dict[int, int] = {}         # per task's producers (tasks that read alike share one Deps)
+    groups_of: dict[int, set[int]] = {}   # per shared list of producers: their groups
     group_of = [t.group for t in tasks]
     for t in tasks:                    # in task order: every producer comes before its consumers
-        key = id(t.deps)
+        key = _key(t.deps)
         if key not in reach:
+            common, own = parts(t.deps)
+            gs = groups_of.get(id(common))
+            if gs is None:
+                gs = groups_of[id(common)] = set(map(group_of.__getitem__, common))
             r = 0
-            for g in set(map(group_of.__getitem__, t.deps)):
+            for g in gs.union(map(group_of.__getitem__, own)):
                 r |= (1 << g) | ancestors[g]
             reach[key] = r
         ancestors[t.group] |= reach[key]
@@ -226,7 +229,7 @@ def share_lane_events(tasks: list[Task], events: list[Event]) -> None:
         into: dict[int, int] = {}      # a lane's event -> the shared event replacing it
         for key, gs in by_op.items():
             rest = set(lane_events[key].values()) - set(gs)
-            if len(gs) < 2 or any(not (reach[id(t.deps)] >> g) & 1 for g in rest):
+            if len(gs) < 2 or any(not (reach[_key(t.deps)] >> g) & 1 for g in rest):
                 continue
             if key not in shared:
                 e = Event(len(events), f"{key}/all lanes",
@@ -239,6 +242,12 @@ def share_lane_events(tasks: list[Task], events: list[Event]) -> None:
         if into:       # in the place of the first of them (waits run in order: long-complete ones first)
             kept = list(dict.fromkeys(into.get(g, g) for g, _ in t.waits))
             t.waits = [(g, events[g].need) for g in kept]
+
+
+def _key(deps) -> int:
+    """Tasks with the same producers share one reach: those of one shared list without own ones, by its identity."""
+    shared, own = parts(deps)
+    return id(deps) if own else id(shared)
 
 
 def _ops_of(tasks: list[Task], e: Event) -> str:

@@ -6,6 +6,8 @@ it streams, and its cost in bytes.
 """
 from __future__ import annotations
 
+import heapq
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -123,6 +125,43 @@ class Exchange:
     event: int = -1
 
 
+class Deps(Sequence):
+    """A task's exact producers, ascending and without repeats: `shared`, a sorted list that many tasks hold
+    as the same object (every residual tile of a lane reads all of its lane's MLP output: about a thousand
+    producers on laneformer-7b), merged with `own`, the few sorted ids only this task adds (its row's other
+    terms), none of them in `shared`. The merged list is never materialised: 114k such tiles would hold
+    118M ids. Reads as a sequence of ints; the consumers that walk every task's producers (the soundness
+    check, the shared lane events) take `shared` once per distinct list (`parts`)."""
+    __slots__ = ("shared", "own")
+
+    def __init__(self, shared: list[int], own: tuple[int, ...] = ()):
+        self.shared, self.own = shared, own
+
+    def __len__(self) -> int:
+        return len(self.shared) + len(self.own)
+
+    def __iter__(self) -> Iterator[int]:
+        if not self.own:
+            return iter(self.shared)
+        return heapq.merge(self.shared, self.own)
+
+    def __getitem__(self, i):
+        if i == -1 and len(self):
+            return max(self.shared[-1] if self.shared else -1, self.own[-1] if self.own else -1)
+        return list(self)[i]
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, (list, tuple, Deps)) and list(self) == list(other)
+
+    def __repr__(self) -> str:
+        return f"Deps({list(self)})"
+
+
+def parts(deps) -> tuple[list[int], tuple[int, ...]]:
+    """(shared, own) of a task's producers: a Deps' two parts, or a plain list as shared with nothing own."""
+    return (deps.shared, deps.own) if isinstance(deps, Deps) else (deps, ())
+
+
 @dataclass
 class Task:
     id: int
@@ -137,7 +176,7 @@ class Task:
     cost_bytes: int = 0
     group: int = -1                 # the event it publishes to
     waits: list[tuple[int, int]] = field(default_factory=list)   # (event, tasks needed per step)
-    deps: list[int] = field(default_factory=list)                # exact producers the waits must cover
+    deps: Sequence[int] = field(default_factory=list)            # exact producers the waits must cover (Deps)
     publish_too: int = -1           # a second event it publishes to (its op's event over all lanes), -1: none
 
     @property
