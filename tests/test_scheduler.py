@@ -544,3 +544,31 @@ def test_waits_on_other_lanes_of_one_op_share_one_event(graphs, placement):
     # one lane: nothing to share, no slot for a second event (a run length's only where runs form)
     one = build_schedule(graphs(1), H200, placement, CFG, num_programs=8)
     assert not one.publishes_twice and one.header == HEADER + bool(one.run_variants)
+
+
+def test_feeders_walk_each_shared_producer_list_once_and_find_them_all():
+    """The closure over exact producers (several steps a launch need every task to feed the token) with
+    producer lists shared between tasks and a few own ones added (Deps.plus): the same set as a plain walk."""
+    import random
+    from kogc.scheduler.check import feeders
+    from kogc.scheduler.tasks import Deps
+    rng = random.Random(3)
+    n = 200
+    shared_lists: dict[int, list[int]] = {}
+    tasks = []
+    for i in range(n):
+        block = i // 20
+        if block and block not in shared_lists:
+            shared_lists[block] = sorted(rng.sample(range(block * 20 - 20, block * 20), 12))
+        base = Deps(shared_lists.get(block, []))
+        more = rng.sample(range(i), min(i, 2)) if i % 3 == 0 else []
+        deps = base.plus(more)
+        assert sorted(set(base) | set(more)) == list(deps)
+        tasks.append(Task(id=i, variant=("x",), op="x", lane=0, layer=0, args=[], reads=[], writes=[], deps=deps))
+    plain, work = {n - 1}, [n - 1]
+    while work:
+        for d in list(tasks[work.pop()].deps):
+            if d not in plain:
+                plain.add(d)
+                work.append(d)
+    assert feeders(tasks, n - 1) == plain and len(plain) > 20

@@ -153,6 +153,25 @@ def _publishes(t: Task, also: dict[int, list[int]]) -> tuple[int, ...]:
     return (t.group, *also.get(t.id, ())) + ((t.publish_too,) if t.publish_too >= 0 else ())
 
 
+def feeders(tasks: list[Task], start: int) -> set[int]:
+    """The ids of `start` and of every task it depends on through the exact producers. A shared list of
+    producers (Deps.shared) is walked once, however many tasks hold it."""
+    seen, walked = {start}, set()
+    work = [start]
+    while work:
+        shared, own = parts(tasks[work.pop()].deps)
+        if id(shared) in walked:
+            shared = ()
+        else:
+            walked.add(id(shared))
+        for ids in (shared, own):
+            for d in ids:
+                if d not in seen:
+                    seen.add(d)
+                    work.append(d)
+    return seen
+
+
 def check_step_closure(schedule) -> None:
     """Several steps in one launch reuse every buffer; that is safe only if every task of a step
     happens before the step's token is sampled (programs wait for the token between steps). Prove
@@ -161,13 +180,7 @@ def check_step_closure(schedule) -> None:
     sample = next((t.id for t in tasks if t.kind == "argmax"), None)
     if sample is None:
         raise SchedulerError("the model produces no token (no argmax): it cannot generate in one launch")
-    seen = {sample}
-    work = [sample]
-    while work:
-        for d in tasks[work.pop()].deps:
-            if d not in seen:
-                seen.add(d)
-                work.append(d)
+    seen = feeders(tasks, sample)
     if len(seen) != len(tasks):
         t = next(t for t in tasks if t.id not in seen)
         raise SchedulerError(f"task {t.id} ({t.op}, lane {t.lane}) does not feed the sampled token: a later step "

@@ -18,14 +18,14 @@ from collections.abc import Callable
 from ..ir.graph import Graph
 from ..ir.shard import shard
 from ..targets import Target
-from .check import check_schedule, prune_by_program_order
+from .check import check_schedule, feeders, prune_by_program_order
 from .config import TileConfig, attention_splits, validate, with_stagger
 from .deps import Event, derive, merge_events, order_waits_oldest_first
 from .errors import SchedulerError
 from .fuse import fuse
 from .place import place_sequential
 from .schedule import Schedule, Stages, place_tasks, without_cycle_collection
-from .tasks import A_RECV_EVENT, Task
+from .tasks import A_RECV_EVENT, Deps, Task, as_deps, parts
 from .tile import tile_rank
 
 # Placement's guess of one GPU-to-GPU put + flag (store, system-scope release, remote acquire): it only
@@ -164,6 +164,7 @@ class _Combined:
                             self.also.setdefault(sender, []).append(self.eoff[r] + x.event)
         for r, s in enumerate(schedules):
             to, eo = self.toff[r], self.eoff[r]
+            shifted: dict[int, list[int]] = {}      # each shared list of producers offset once per rank
             for e in s.events:
                 producers = [to + t for t in e.tasks] + senders.get((r, e.id), [])
                 self.events[eo + e.id] = Event(eo + e.id, f"rank{r}:{e.name}", producers)
@@ -171,10 +172,13 @@ class _Combined:
             # the regions it reads, not its waits: the check must see a wait that is missing)
             for t, xs in zip(s.tasks, _receivers(s.tasks, s.layout, s.exchanges)):
                 remote_deps = [d for i in xs for d in senders[(r, s.exchanges[i].event)]]
+                shared, own = parts(t.deps)
+                if id(shared) not in shifted:
+                    shifted[id(shared)] = [to + d for d in shared]
+                deps = Deps(shifted[id(shared)], tuple(to + d for d in own)).plus(remote_deps)
                 self.tasks[to + t.id] = dataclasses.replace(
                     t, id=to + t.id, group=eo + t.group, waits=[(eo + g, n) for g, n in t.waits],
-                    publish_too=eo + t.publish_too if t.publish_too >= 0 else -1,
-                    deps=[to + d for d in t.deps] + remote_deps, op=f"rank{r}:{t.op}")
+                    publish_too=eo + t.publish_too if t.publish_too >= 0 else -1, deps=deps, op=f"rank{r}:{t.op}")
             self.queues += [[to + t for t in q] for q in s.queues]
 
     def write_back_waits(self, schedules: list[Schedule]) -> None:
@@ -189,13 +193,7 @@ class _Combined:
             sample = next((t.id for t in s.tasks if t.kind == "argmax"), None)
             if sample is None:
                 raise SchedulerError("the model produces no token (no argmax): it cannot generate in one launch")
-            seen = {self.toff[r] + sample}
-            work = list(seen)
-            while work:
-                for d in self.tasks[work.pop()].deps:
-                    if d not in seen:
-                        seen.add(d)
-                        work.append(d)
+            seen = feeders(self.tasks, self.toff[r] + sample)
             lo = self.toff[r]
             missing = [t for t in s.tasks if lo + t.id not in seen]
             if missing:
@@ -221,7 +219,7 @@ def mirrored(s: Schedule) -> Schedule:
     tasks = []
     for t, xs in zip(s.tasks, _receivers(s.tasks, s.layout, s.exchanges)):
         mine = [i for j in xs for i in s.exchanges[j].sends]
-        tasks.append(dataclasses.replace(t, deps=list(t.deps) + mine) if mine else t)
+        tasks.append(dataclasses.replace(t, deps=as_deps(t.deps).plus(mine)) if mine else t)
     check_schedule(tasks, s.events, s.queues, {i: [x.event] * (s.ranks - 1) for x in s.exchanges for i in x.sends})
     for i, t in enumerate(tasks):
         if any(g in sends for g, _ in t.waits):

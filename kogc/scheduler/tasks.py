@@ -6,6 +6,7 @@ it streams, and its cost in bytes.
 """
 from __future__ import annotations
 
+import bisect
 import heapq
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -156,10 +157,25 @@ class Deps(Sequence):
     def __repr__(self) -> str:
         return f"Deps({list(self)})"
 
+    def plus(self, more) -> Deps:
+        """These producers and `more` (ids, in any order): the shared list kept, the others own."""
+        extra = {d for d in more if not _holds(self.shared, d)}
+        return Deps(self.shared, tuple(sorted(extra.union(self.own))))
+
+
+def _holds(ids: list[int], d: int) -> bool:
+    i = bisect.bisect_left(ids, d)
+    return i < len(ids) and ids[i] == d
+
 
 def parts(deps) -> tuple[list[int], tuple[int, ...]]:
     """(shared, own) of a task's producers: a Deps' two parts, or a plain list as shared with nothing own."""
     return (deps.shared, deps.own) if isinstance(deps, Deps) else (deps, ())
+
+
+def as_deps(deps) -> Deps:
+    """A task's producers as a Deps (a plain sorted list becomes its shared part)."""
+    return deps if isinstance(deps, Deps) else Deps(sorted(deps))
 
 
 @dataclass
