@@ -23,6 +23,7 @@ import numpy as np
 
 from ..runtime.profile import kind_key, wait_split
 from ..scheduler.check import run_order
+from ..scheduler.tasks import parts
 
 
 def longest_path(schedule, task_us: list[float], latency_us: float, queues: bool,
@@ -44,13 +45,39 @@ def longest_path(schedule, task_us: list[float], latency_us: float, queues: bool
             end[tid] = last[prog[tid]] = start + task_us[tid]
             done_at[t.group] = max(done_at[t.group], end[tid])
     else:                                               # one program per task: only the exact producers
+        latest_of = _latest_producer(end)
         for t in tasks:                                 # task ids follow the graph's order
-            start = max((end[d] + latency_us for d in t.deps), default=0.0)
-            end[t.id] = start + task_us[t.id]
+            at, d = latest_of(t.deps)
+            end[t.id] = (at + latency_us if d >= 0 else 0.0) + task_us[t.id]
     latest: dict[str, float] = defaultdict(float)
     for t in tasks:
         latest[kind_key(t)] = max(latest[kind_key(t)], end[t.id])
     return max(end, default=0.0), dict(latest)
+
+
+def _latest_producer(end: list[float]):
+    """latest(deps) -> (end, id) of the producer that ends last (the lowest id of those that tie; (0, -1) for
+    none), reading `end` as the walk in task order fills it: a producer's end is final before any consumer
+    asks, so a shared list of producers (Deps.shared) is looked through once."""
+    shared_latest: dict[int, tuple[float, int]] = {}
+
+    def best(ids) -> tuple[float, int]:
+        at, who = 0.0, -1
+        for d in ids:
+            if who < 0 or end[d] > at or (end[d] == at and d < who):
+                at, who = end[d], d
+        return at, who
+
+    def latest(deps) -> tuple[float, int]:
+        shared, own = parts(deps)
+        a = shared_latest.get(id(shared))
+        if a is None:
+            a = shared_latest[id(shared)] = best(shared)
+        b = best(own)
+        if a[1] < 0 or (b[1] >= 0 and (b[0] > a[0] or (b[0] == a[0] and b[1] < a[1]))):
+            return b
+        return a
+    return latest
 
 
 def chain_composition(schedule, task_us: list[float], latency_us: float) -> dict:
@@ -58,12 +85,12 @@ def chain_composition(schedule, task_us: list[float], latency_us: float) -> dict
     its tasks lie on it and their summed body; plus the hops (each costs latency_us)."""
     tasks = schedule.tasks
     end, parent = [0.0] * len(tasks), [-1] * len(tasks)
+    latest_of = _latest_producer(end)
     for t in tasks:                                     # task ids follow the graph's order
-        start = 0.0
-        for d in t.deps:
-            if end[d] + latency_us > start:
-                start, parent[t.id] = end[d] + latency_us, d
-        end[t.id] = start + task_us[t.id]
+        at, d = latest_of(t.deps)
+        if d >= 0 and at + latency_us > 0.0:          # (a chain starts where nothing came before)
+            parent[t.id] = d
+        end[t.id] = (at + latency_us if parent[t.id] >= 0 else 0.0) + task_us[t.id]
     tid = max(range(len(tasks)), key=end.__getitem__)
     kinds: dict = defaultdict(lambda: [0, 0.0])
     hops = 0
