@@ -307,11 +307,18 @@ def save_checkpoint(model: Laneformer, directory: str) -> None:
         json.dump(model.config.to_json(), f, indent=2)
 
 
-def load_checkpoint(directory: str, device: str = "cpu", dtype: torch.dtype | None = None) -> Laneformer:
-    """Load `config.json` + `*.safetensors`; ValueError naming any key or shape that does not fit."""
+def load_checkpoint(directory: str, device: str = "cpu", dtype: torch.dtype | None = None,
+                    max_len: int | None = None) -> Laneformer:
+    """Load `config.json` + `*.safetensors`; ValueError naming any key or shape that does not fit. max_len:
+    positions of the KV cache instead of the config's max_position_embeddings."""
     from safetensors.torch import load_file
-    with open(os.path.join(directory, "config.json")) as f:
+    config = os.path.join(directory, "config.json")
+    if not os.path.isfile(config):
+        raise ValueError(f"checkpoint {directory}: no config.json there")
+    with open(config) as f:
         cfg = LaneformerConfig.from_json(json.load(f))
+    if max_len:
+        cfg = dataclasses.replace(cfg, max_position_embeddings=max_len)
     model = build(cfg, device="meta", dtype=dtype, seed=None)
     tensors = {}
     for fname in sorted(os.listdir(directory)):
@@ -335,14 +342,22 @@ def load_checkpoint(directory: str, device: str = "cpu", dtype: torch.dtype | No
 
 def kogc_model(preset: str | None = None, checkpoint: str | None = None, device: str = "cpu",
                dtype: torch.dtype | None = None, seed: int | None = 0, **overrides) -> Laneformer:
-    """The entry point kogc's CLI looks for: a model from a preset (random weights) or a checkpoint."""
+    """The entry point kogc's CLI looks for: a model from a preset (random weights) or a checkpoint. Overrides
+    are config fields (a preset's only), and max_len, the positions of the KV cache (max_position_embeddings)."""
+    max_len = overrides.pop("max_len", None)
     if checkpoint:
-        return load_checkpoint(checkpoint, device=device, dtype=dtype)
+        if overrides:
+            raise ValueError(f"checkpoint {checkpoint}: its config.json sets {', '.join(sorted(overrides))}; "
+                             f"they cannot be overridden")
+        return load_checkpoint(checkpoint, device=device, dtype=dtype, max_len=max_len)
     if preset not in PRESETS:
         raise KeyError(f"unknown preset {preset!r}; known: {', '.join(PRESETS)}")
+    if max_len:
+        overrides["max_position_embeddings"] = max_len
     cfg = dataclasses.replace(PRESETS[preset], **overrides)
     model = build(cfg, device=device, dtype=dtype, seed=seed)
-    if cfg == PRESETS[preset]:
+    # the preset's placement profiles hold its task times: a longer or shorter cache changes no task
+    if cfg == dataclasses.replace(PRESETS[preset], max_position_embeddings=cfg.max_position_embeddings):
         profiles = placement_profiles(preset)
         if profiles:      # kogc.compile places with the one of its target and tile size, if any
             model.kogc_placement = profiles

@@ -6,7 +6,8 @@ import os
 import sys
 import time
 
-from .cli_model import TextStream, compensated_head, model_args, model_overrides, resolve_model
+from .cli_model import (TextStream, compensated_head, model_args, model_overrides, non_negative, positive, positive_int,
+                        resolve_model)
 from .errors import KogcError
 
 EMITS = ("ir", "ir-json", "tasks", "schedule", "source")
@@ -144,13 +145,13 @@ def _parser() -> argparse.ArgumentParser:
     model_args(m, "laneformer-2b")
     m.add_argument("--gpus", default="1,2,4,8", help="rank counts (comma-separated; default 1,2,4,8)")
     m.add_argument("--target", default="h200", help="h200 | h100 | mi300x (default h200)")
-    m.add_argument("--local-us", type=float, default=0.5,
+    m.add_argument("--local-us", type=non_negative, default=0.5,
                    help="a producer's publish reaching a waiter on the same GPU (default 0.5, measured)")
     m.add_argument("--bodies", metavar="TASK_TIMES",
                    help="task bodies per kind from a profiled step (kogc bench --profile detail --task-times FILE; "
                         "best a rank whose HBM idles, e.g. --gpus 8 --mirror); default: laneformer-2b's on an H200")
-    m.add_argument("--remote-us", type=float, default=3.0, help="a put + flag between GPUs (default 3)")
-    m.add_argument("--measured-ms", type=float, help="the measured one-GPU ms per token (kogc bench) to calibrate by")
+    m.add_argument("--remote-us", type=non_negative, default=3.0, help="a put + flag between GPUs (default 3)")
+    m.add_argument("--measured-ms", type=positive, help="the measured one-GPU ms per token (kogc bench) to calibrate by")
     m.add_argument("--json", help="also write the rows to this file")
     a = sub.add_parser("analyze", help="where a profiled step's time goes (no GPU): replay, chain, phases",
                        description="Read a profiled step's per-task stamps (kogc bench --profile --task-times FILE, "
@@ -164,7 +165,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="the model file (default: the file's own record, else examples/laneformer.py)")
     a.add_argument("--config", help="preset (default: the file's record, else laneformer-2b)")
     a.add_argument("--checkpoint", help="a checkpoint directory instead of a preset")
-    a.add_argument("--lanes", type=int, help="override the preset's num_lanes")
+    a.add_argument("--lanes", type=positive_int, help="override the preset's num_lanes")
     a.add_argument("--tile-config", metavar="JSON", help="the TileConfig fields the kernel was compiled with "
                                                          "(default: the file's record)")
     a.add_argument("--target", help="h200 | mi300x (default: the file's record, else h200)")

@@ -10,6 +10,36 @@ import sys
 from .errors import KogcError, ModelFileError
 
 
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {n}")
+    return n
+
+
+def non_negative(text: str) -> float:
+    """argparse type: a number >= 0."""
+    try:
+        x = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid number: {text!r}") from None
+    if not x >= 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    return x
+
+
+def positive(text: str) -> float:
+    """argparse type: a number > 0."""
+    x = non_negative(text)
+    if x == 0:
+        raise argparse.ArgumentTypeError("must be > 0, got 0")
+    return x
+
+
 def model_args(p: argparse.ArgumentParser, default_config: str | None) -> None:
     """Where the model comes from: a model file and a preset, or a checkpoint. A command with a
     default preset defaults to the example model file too."""
@@ -24,10 +54,10 @@ def model_args(p: argparse.ArgumentParser, default_config: str | None) -> None:
     p.add_argument("--model-dir", metavar="DIR",
                    help="a transformers causal LM (Llama, Mistral, Qwen2, Qwen3, SmolLM2, ...): a directory with config.json and "
                         "*.safetensors, or one .gguf file; needs pip install 'kogc[hf]'")
-    p.add_argument("--max-len", type=int, metavar="N",
+    p.add_argument("--max-len", type=positive_int, metavar="N",
                    help="positions of the static KV cache: a transformers model's (default min(4096, its maximum)), or "
-                        "passed to a model file's kogc_model as max_len (examples/llama.py takes it)")
-    p.add_argument("--lanes", type=int, help="override the preset's num_lanes")
+                        "passed to a model file's kogc_model as max_len (both examples take it)")
+    p.add_argument("--lanes", type=positive_int, help="override the preset's num_lanes")
     p.add_argument("--weights", choices=("model", "fp8"), default="model",
                    help="how the kernel stores matvec weights: model (its dtype, the default) or fp8 (E4M3 with one "
                         "fp32 scale per row, quantized when packed: half the bytes of fp16)")

@@ -115,6 +115,8 @@ def cmd_predict(args) -> int:
     except KeyError as e:
         return _fail(e.args[0])
     gpus = _ints(args.gpus, "--gpus")
+    if min(gpus) < 1:
+        return _fail(f"--gpus takes rank counts >= 1, got {args.gpus}")
     t0 = time.perf_counter()
     model = build_for_tracing(args.model_file, preset=None if args.checkpoint else args.config,
                               checkpoint=args.checkpoint, **({"num_lanes": args.lanes} if args.lanes else {}))

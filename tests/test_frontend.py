@@ -85,6 +85,10 @@ def test_cli_ir_json(capsys):
     (["--target", "a100", "--config", "tiny", "--emit", "ir"], "unknown target"),
     (["--target", "h200", "--config", "huge", "--emit", "ir"], "unknown preset"),
     (["--target", "h200", "--config", "tiny", "--lanes", "3", "--emit", "ir"], "divisible"),
+    (["--target", "h200", "--config", "tiny", "--lanes", "0", "--emit", "ir"], "--lanes: must be >= 1"),
+    (["--target", "h200", "--config", "tiny", "--max-len", "0", "--emit", "ir"], "--max-len: must be >= 1"),
+    (["--target", "h200", "--checkpoint", os.path.dirname(os.path.abspath(__file__)), "--emit", "ir"],
+     "no config.json there"),
 ])
 def test_cli_bad_input_exit_2(capsys, argv, needle):
     code, out, err = run_cli(capsys, "compile", MODEL_FILE, *argv)
@@ -137,3 +141,14 @@ def test_console_script_has_no_traceback():
     r = subprocess.run([sys.executable, "-m", "kogc.cli", "compile", "nope.py", "--target", "h200", "--emit", "ir"],
                        capture_output=True, text=True, env=env)
     assert r.returncode == 2 and "no such file" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_laneformer_max_len_sets_its_cache_and_keeps_the_presets_placement():
+    """--max-len N on the Laneformer example: a KV cache of N positions (max_position_embeddings); the preset's
+    placement profiles still apply (no task changes); a checkpoint's own config fields cannot be overridden."""
+    import laneformer as lf
+    model = lf.kogc_model("laneformer-2b", device="meta", seed=None, max_len=2048)
+    assert model.model.layers[0].attention.k_cache.shape[2] == 2048 and hasattr(model, "kogc_placement")
+    assert not hasattr(lf.kogc_model("laneformer-2b", device="meta", seed=None, num_lanes=4), "kogc_placement")
+    with pytest.raises(ValueError, match="cannot be overridden"):
+        lf.kogc_model(checkpoint="/nonexistent-dir", num_lanes=4)

@@ -221,6 +221,12 @@ def test_cli_predict_replays_the_ranks(tmp_path, capsys):
     assert main(["predict", MODEL_FILE, "--config", "tiny", "--gpus", "1", "--bodies", plain, "--json", str(out)]) == 0
     assert "bodies of a plain profile" in capsys.readouterr().out
     assert json.loads(out.read_text())["bodies_detail"] is False
+    # rank counts below 1 and negative hop times: one clear error, exit 2
+    for argv, needle in ((["--gpus", "0,2"], "--gpus takes rank counts >= 1"),
+                         (["--remote-us", "-1"], "--remote-us: must be >= 0"),
+                         (["--measured-ms", "0"], "--measured-ms: must be > 0")):
+        assert main(["predict", MODEL_FILE, "--config", "tiny", *argv]) == 2
+        assert needle in capsys.readouterr().err
     # a task-times file that is not one: one clear error, exit 2
     bad = tmp_path / "x.npz"
     bad.write_bytes(b"not an npz")
