@@ -66,8 +66,8 @@ def _parser() -> argparse.ArgumentParser:
     model_args(b, "laneformer-2b")
     b.add_argument("--context", default="1024",
                    help="tokens already in the KV cache (default 1024); with --scaling a comma-separated list")
-    b.add_argument("--steps", type=int, default=100, help="decode steps per timed repetition (default 100)")
-    b.add_argument("--reps", type=int, default=5, help="repetitions; the table shows median and spread")
+    b.add_argument("--steps", type=positive_int, default=100, help="decode steps per timed repetition (default 100)")
+    b.add_argument("--reps", type=positive_int, default=5, help="repetitions; the table shows median and spread")
     b.add_argument("--baselines", default="eager,cuda_graph,compile,cuda_graph_trim,handwritten,handwritten_compile",
                    help="comma-separated subset of eager,cuda_graph,compile,cuda_graph_trim,handwritten,"
                         "handwritten_compile ('' for none): the first four run the model as its file writes it, the "
@@ -126,8 +126,8 @@ def _parser() -> argparse.ArgumentParser:
                    help='a JSON list of variants, e.g. \'[{}, {"attn_splits": 32}, {"num_programs": 264}]\' '
                         '(default [{}]: the defaults); "profile": true or "detail" adds a profile of the variant')
     w.add_argument("--context", default="1024", help="comma-separated contexts (default 1024)")
-    w.add_argument("--steps", type=int, default=100, help="decode steps per timed repetition (default 100)")
-    w.add_argument("--reps", type=int, default=3, help="repetitions (default 3)")
+    w.add_argument("--steps", type=positive_int, default=100, help="decode steps per timed repetition (default 100)")
+    w.add_argument("--reps", type=positive_int, default=3, help="repetitions (default 3)")
     w.add_argument("--json", help="write the rows to this file (after every variant)")
     w.add_argument("--out", metavar="DIR", help="where a profiled variant's task times (task-times-CONTEXT[-vI].npz, "
                                                "for kogc analyze) and trace (trace-*.json) go")
@@ -318,6 +318,8 @@ def cmd_bench(args) -> int:
     if refused is not None:
         return refused
     contexts = _ints(args.context, "--context")
+    if min(contexts) < 0:
+        return _fail(f"--context takes positions >= 0, got {args.context}")
     presets = [x for x in (args.config or "").split(",") if x]
     overrides = model_overrides(args)
     if args.scaling:
