@@ -10,7 +10,7 @@ from .fp8 import WEIGHT_FORMATS, Fp8Weight
 from .frontend import decode_step, to_ir
 from .runtime.kernel import CompiledKernel, weights_of
 from .scheduler import TileConfig, build_schedule
-from .scheduler.config import with_stagger
+from .scheduler.config import tile_config_from_fields, with_stagger
 from .targets import ALIASES, Target, get_target, target_for_device
 
 # The interpreter runs programs one after another: big tiles keep the task count (and time) down.
@@ -108,7 +108,7 @@ def compile(module: torch.nn.Module, target: str | None = None, device: str | No
     or with interpret=True, the same generated kernel runs under Triton's interpreter on CPU with a
     sequential placement (one queue in topological order).
 
-    Tuning knobs (GPU): tile_config (task sizes, attention; its kind_us, if unset, comes from the
+    Tuning knobs (GPU): tile_config (a TileConfig or a dict of its fields: task sizes, attention; its kind_us, if unset, comes from the
     model's shipped placement profile where one matches: tile_config_for), num_programs (the persistent
     grid; at most what the cooperative launch can keep resident), num_warps per program, max_registers
     (a ptxas cap per thread, so that more programs fit an SM; spills if set too low). profile=True records
@@ -132,6 +132,14 @@ def compile(module: torch.nn.Module, target: str | None = None, device: str | No
     the model's dtype); a dict {parameter name: kogc.fp8.Fp8Weight} (kogc.fp8.from_state_dict of a
     checkpoint; kogc.fp8.compensate_head for a transformers model's LM head, its rounding compensated over
     calibration text) gives weights already in FP8, packed as they are, the others quantized."""
+    if not isinstance(module, torch.nn.Module):
+        raise KogcError(f"kogc.compile takes a torch.nn.Module (a decode step forward(token, pos), or a transformers "
+                        f"causal LM), got {type(module).__name__}")
+    if isinstance(tile_config, dict):
+        tile_config = tile_config_from_fields(tile_config)
+    elif tile_config is not None and not isinstance(tile_config, TileConfig):
+        raise KogcError(f"tile_config must be a kogc.scheduler.TileConfig or a dict of its fields, got "
+                        f"{type(tile_config).__name__}")
     target = target or default_target()
     given = module
     module = decode_step(module, max_len)

@@ -109,7 +109,23 @@ def test_bad_inputs_are_refused_before_launch(tiny_kernel):
         ck.step(10_000, 0)
     with pytest.raises(KogcError, match="outside the KV cache"):
         ck.step(1, ck.max_pos)
+    with pytest.raises(KogcError, match="token must be an integer, got 1.5"):
+        ck.step(1.5, 0)                                   # not truncated to 1
+    with pytest.raises(KogcError, match="position must be an integer"):
+        ck.step(1, torch.tensor(0.0))
     assert ck.epoch == epoch
+
+
+def test_compile_refuses_what_is_not_a_module_and_takes_tile_fields_as_a_dict():
+    from kogc.scheduler import SchedulerError
+    with pytest.raises(KogcError, match="takes a torch.nn.Module"):
+        kogc.compile(42)
+    with pytest.raises(KogcError, match="TileConfig or a dict"):
+        kogc.compile(tiny(num_lanes=2), tile_config=4096)
+    with pytest.raises(SchedulerError, match="unknown field"):
+        kogc.compile(tiny(num_lanes=2), tile_config={"tile_size": 4096})
+    ck = kogc.compile(tiny(num_lanes=2), tile_config={"tile_bytes": 1024})
+    assert ck.schedule.tile_config.tile_bytes == 1024
 
 
 @pytest.mark.parametrize("which", [0, 1])

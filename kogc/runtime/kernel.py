@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import numbers
 import os
 import time
 
@@ -18,6 +19,16 @@ from .buffers import Buffers, allocate
 
 class KernelHangError(RuntimeError):
     """A wait in the kernel passed its watchdog bound: names the task and the counter."""
+
+
+def as_index(x, what: str) -> int:
+    """An integer token or position: a Python or NumPy integer, or a one-element integer tensor; anything else
+    (a float, a bool) is refused by name rather than truncated."""
+    if isinstance(x, torch.Tensor) and x.numel() == 1 and not (x.dtype.is_floating_point or x.dtype == torch.bool):
+        return int(x.item())
+    if isinstance(x, numbers.Integral) and not isinstance(x, bool):
+        return int(x)
+    raise KogcError(f"{what} must be an integer, got {x!r}")
 
 
 class CompiledKernel:
@@ -67,6 +78,7 @@ class CompiledKernel:
         return self.buffers.ACT[off:off + per_lane]
 
     def check_inputs(self, token: int, pos: int) -> None:
+        """token and pos in range (integers: as_index)."""
         if not 0 <= token < self.buffers.EMB.shape[0]:
             raise KogcError(f"token {token} is outside the vocabulary [0, {self.buffers.EMB.shape[0]})")
         if not 0 <= pos < self.max_pos:
@@ -100,7 +112,7 @@ class CompiledKernel:
 
     def step(self, token: int, pos: int) -> tuple[torch.Tensor, int]:
         """One decode step in ONE launch: (logits [V] in the model's dtype, argmax token)."""
-        token, pos = int(token), int(pos)
+        token, pos = as_index(token, "token"), as_index(pos, "position")
         self.check_inputs(token, pos)
         if self.buffers.ERR[0].item() != 0:
             raise KernelHangError("an earlier launch stopped on a stuck wait; compile again")

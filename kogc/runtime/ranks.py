@@ -18,7 +18,7 @@ import torch
 from ..errors import KogcError
 from ..ir.graph import Graph, Op
 from ..scheduler import Schedule
-from .kernel import CompiledKernel, KernelHangError
+from .kernel import CompiledKernel, KernelHangError, as_index
 
 
 def link_peers(kernels: list[CompiledKernel]) -> None:
@@ -164,7 +164,7 @@ class RankedKernel:
 
     def step(self, token: int, pos: int) -> tuple[torch.Tensor, int]:
         """One decode step on every rank: (the whole logits [V], gathered from the ranks' shards; the token)."""
-        token, pos = int(token), int(pos)
+        token, pos = as_index(token, "token"), as_index(pos, "position")
         self.kernels[0].check_inputs(token, pos)
         self._run(token, pos)
         logits = torch.cat([k.logits_view for k in self.kernels]).clone()

@@ -96,6 +96,11 @@ def tile_config_from_json(text: str) -> TileConfig:
         raise SchedulerError(f"tile config is not JSON ({e.msg} at character {e.pos}): {text!r}") from None
     if not isinstance(fields, dict):
         raise SchedulerError(f"tile config must be a JSON object of TileConfig fields, got {text!r}")
+    return tile_config_from_fields(fields)
+
+
+def tile_config_from_fields(fields: dict) -> TileConfig:
+    """TileConfig fields as a dict -> a checked TileConfig; a clear error for unknown fields or bad values."""
     known = {f.name for f in dataclasses.fields(TileConfig)}
     unknown = sorted(set(fields) - known)
     if unknown:
