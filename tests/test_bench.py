@@ -92,7 +92,7 @@ def test_scaling_table_under_the_interpreter(tmp_path, capsys):
     (["--task-times", "t.npz"], "needs --profile"),
     (["--baselines", "eager,tpu"], "unknown baseline 'tpu'"),
     (["--scaling", "--context", "500"], "do not fit the KV cache"),
-    (["--context", "-1"], "--context takes positions >= 0"),
+    (["--context", "-1"], "--context must be one or more positions >= 0"),
     (["--steps", "0"], "--steps: must be >= 1"),
     (["--reps", "-2"], "--reps: must be >= 1"),
 ])

@@ -30,6 +30,7 @@ class ReplayedStep:
             self.how = f"eager (capture failed: {type(e).__name__}: {str(e).splitlines()[0][:120]})"
             self.graph = None
             torch.cuda.synchronize()
+            reset(self.model)               # the warm-ups before the failed capture wrote position 0
             return
         # the warm-ups and the capture wrote position 0 of the cache; compare one step both ways from zeros
         reset(self.model)
