@@ -136,12 +136,7 @@ def _union_sorted(lists: list[list[int]], merged: dict[tuple, list[int]]) -> Dep
         base = long[0] if long else []
     if not base:
         return Deps(sorted(few))
-    own = []
-    for d in sorted(few):
-        i = bisect.bisect_left(base, d)
-        if i == len(base) or base[i] != d:
-            own.append(d)
-    return Deps(base, tuple(own))
+    return Deps(base).plus(few)
 
 
 def merge_events(tasks: list[Task], events: list[Event]) -> list[Event]:
