@@ -295,3 +295,22 @@ def test_proton_probe_needs_a_gpu(tmp_path, capsys):
         pytest.skip("a GPU is present: the probe would run")
     assert proton_probe.main(["--out", str(tmp_path)]) == 2
     assert "needs an NVIDIA GPU" in capsys.readouterr().err
+
+
+def test_a_build_with_shared_lane_events(tmp_path, capsys):
+    """A build whose residual tasks also count on their op's event over all lanes (four lanes: a residual
+    waits on several lanes' delayed terms): it loads, a task shows both events it publishes, and the replay as
+    scheduled starts every task after all producers of each event it waits on (the shared ones included)."""
+    _compile(tmp_path, "--lanes", "4")
+    ins = load_build(str(tmp_path), machine_code=False)
+    s = ins.schedule
+    sharing = [t for t in s.tasks if t.publish_too >= 0]
+    assert sharing, "no shared lane event in this build"
+    rc, out, _ = run(capsys, str(tmp_path), "--task", str(sharing[0].id))
+    assert rc == 0
+    assert out.count("publishes event") == 2 and "all lanes" in out
+    us = [1.0 + (t.id % 7) * 0.3 for t in s.tasks]
+    _, end = as_scheduled(ins, us)
+    for t in s.tasks:
+        for g, _ in t.waits:
+            assert end[t.id] - us[t.id] >= max(end[i] for i in s.events[g].tasks) + ins.latency_us - 1e-9

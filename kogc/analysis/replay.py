@@ -43,7 +43,8 @@ def longest_path(schedule, task_us: list[float], latency_us: float, queues: bool
             free = last.get(prog[tid], 0.0) + (overhead_us[tid] if overhead_us is not None else 0.0)
             start = max([free] + [done_at[g] + event_us.get(g, latency_us) for g, _ in t.waits])
             end[tid] = last[prog[tid]] = start + task_us[tid]
-            done_at[t.group] = max(done_at[t.group], end[tid])
+            for g in t.published:                          # (a shared lane event too)
+                done_at[g] = max(done_at[g], end[tid])
     else:                                               # one program per task: only the exact producers
         latest_of = _latest_producer(end)
         for t in tasks:                                 # task ids follow the graph's order

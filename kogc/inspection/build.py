@@ -128,10 +128,12 @@ def schedule_from_json(text: str, where: str) -> BuildSchedule:
             tasks.append(Task(id=j, variant=variants[r["variant"]], op=r["op"], lane=r["lane"], layer=r["layer"],
                               args=list(r["args"]), reads=[], writes=[],
                               weight=None if w is None else WeightTile(*w), cost_bytes=r["cost_bytes"],
-                              group=r["publish"], waits=[(int(g), int(n)) for g, n in r["waits"]]))
+                              group=r["publish"], waits=[(int(g), int(n)) for g, n in r["waits"]],
+                              publish_too=int(r.get("publish_too", -1))))
         producers: dict[int, list[int]] = {}
-        for t in tasks:
-            producers.setdefault(t.group, []).append(t.id)
+        for t in tasks:         # an op's event over all lanes counts its producers too (shared lane events)
+            for g in t.published:
+                producers.setdefault(g, []).append(t.id)
         events = []
         for j, e in enumerate(d["events"]):
             remote = int(e.get("remote", 0))      # producers on other ranks

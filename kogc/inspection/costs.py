@@ -84,7 +84,8 @@ def _as_scheduled(ins, us: list[float]) -> tuple[float, list[float]]:
         t = tasks[tid]
         start = max([last.get(prog[tid], 0.0)] + [done[g] + lat for g, _ in t.waits])
         end[tid] = last[prog[tid]] = start + us[tid]
-        done[t.group] = max(done[t.group], end[tid])
+        for g in t.published:                             # (a shared lane event too)
+            done[g] = max(done[g], end[tid])
     return max(end, default=0.0), end
 
 
@@ -132,8 +133,9 @@ def _chain(ins, us: list[float], tasks: set[int] | None, order: list[int]) -> di
                 start, par = ev_end[g][0] + lat, ev_end[g][1]
         end[tid] = start + us[tid]
         parent[tid] = par
-        if t.group not in ev_end or end[tid] > ev_end[t.group][0]:
-            ev_end[t.group] = (end[tid], tid)
+        for g in t.published:
+            if g not in ev_end or end[tid] > ev_end[g][0]:
+                ev_end[g] = (end[tid], tid)
     if not end:
         return {"us": 0.0, "path": [], "end": end, "hops": 0}
     tid = max(end, key=end.__getitem__)

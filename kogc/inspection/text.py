@@ -198,16 +198,17 @@ def decode_task(ins, tid: int, prof=None) -> str:
             lines += ["  " + x for x in _grouped(s, e.tasks)]
     else:
         lines.append("  waits: none (nothing to wait for, or its program already knows it satisfied)")
-    e = s.events[t.group]
-    waiters = costs.feeds(s).get(t.group, [])
-    lines.append(f"  publishes event {t.group} {e.name} ({e.need} task{'s' * (e.need > 1)}: {ranges(e.tasks)})")
-    if waiters:
-        lines.append(f"  feeds {len(waiters)} task{'s' * (len(waiters) > 1)} (those waiting on event {t.group}):")
-        lines += _grouped(s, waiters)
-    else:
-        lines.append(f"  feeds: no task waits on event {t.group}"
-                     + (" (the step's token: programs wait on it between steps)"
-                        if t.kind == "argmax" else " (not published)"))
+    for g in t.published:               # its own event, and its op's event over all lanes if it has one
+        e = s.events[g]
+        waiters = costs.feeds(s).get(g, [])
+        lines.append(f"  publishes event {g} {e.name} ({e.need} task{'s' * (e.need > 1)}: {ranges(e.tasks)})")
+        if waiters:
+            lines.append(f"  feeds {len(waiters)} task{'s' * (len(waiters) > 1)} (those waiting on event {g}):")
+            lines += _grouped(s, waiters)
+        else:
+            lines.append(f"  feeds: no task waits on event {g}"
+                         + (" (the step's token: programs wait on it between steps)"
+                            if t.kind == "argmax" else " (not published)"))
     return "\n".join(lines)
 
 

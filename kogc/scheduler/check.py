@@ -150,7 +150,7 @@ def _coverage(tasks: list[Task], prog: np.ndarray, slot: np.ndarray, P: int):
 
 def _publishes(t: Task, also: dict[int, list[int]]) -> tuple[int, ...]:
     """The events task t counts on: its group, a shared lane event (kogc.scheduler.deps), and `also`'s."""
-    return (t.group, *also.get(t.id, ())) + ((t.publish_too,) if t.publish_too >= 0 else ())
+    return t.published + tuple(also.get(t.id, ()))
 
 
 def feeders(tasks: list[Task], start: int) -> set[int]:

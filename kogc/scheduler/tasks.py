@@ -200,6 +200,11 @@ class Task:
         return self.variant[0]
 
     @property
+    def published(self) -> tuple[int, ...]:
+        """The events this task counts on: its group, and its op's event over all lanes if it has one."""
+        return (self.group, self.publish_too) if self.publish_too >= 0 else (self.group,)
+
+    @property
     def kind_key(self) -> str:
         """The kind, and for a matvec its prologue and epilogue (how profiles and costs group tasks)."""
         return self.kind if self.kind != "matvec" else f"matvec/{self.variant[3]}/{self.variant[4]}"
