@@ -27,6 +27,15 @@ def cmd_compile(args) -> int:
         return _fail("--per-variant writes its binaries and table under --out DIR: give one")
     if args.gpus != 1 and args.per_variant:
         return _fail("--per-variant with --gpus: compile one rank's variants with --gpus 1 instead")
+    if args.out:        # before the long work: a folder that cannot be written is said at once
+        if os.path.exists(args.out) and not os.path.isdir(args.out):
+            return _fail(f"--out {args.out}: a file is there, not a folder")
+        try:
+            os.makedirs(args.out, exist_ok=True)
+        except OSError as e:
+            return _fail(f"--out {args.out}: cannot create the folder ({e.strerror})")
+        if not os.access(args.out, os.W_OK):
+            return _fail(f"--out {args.out}: the folder is not writable")
     t0 = time.perf_counter()
     total = 2 if args.emit in ("ir", "ir-json") else (5 + args.per_variant if args.out else 3)
     overrides = model_overrides(args)

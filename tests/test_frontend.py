@@ -87,6 +87,7 @@ def test_cli_ir_json(capsys):
     (["--target", "h200", "--config", "tiny", "--lanes", "3", "--emit", "ir"], "divisible"),
     (["--target", "h200", "--config", "tiny", "--lanes", "0", "--emit", "ir"], "--lanes: must be >= 1"),
     (["--target", "h200", "--config", "tiny", "--max-len", "0", "--emit", "ir"], "--max-len: must be >= 1"),
+    (["--target", "h200", "--config", "tiny", "--out", MODEL_FILE], "a file is there, not a folder"),
     (["--target", "h200", "--checkpoint", os.path.dirname(os.path.abspath(__file__)), "--emit", "ir"],
      "no config.json there"),
 ])
