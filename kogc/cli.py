@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import tempfile
 import time
 
 from .cli_model import (TextStream, compensated_head, model_args, model_overrides, non_negative, positive, positive_int,
@@ -515,6 +516,34 @@ def cmd_run(args) -> int:
     return 0
 
 
+OUTPUT_FILES = ("json", "task_times", "png", "trace", "graph")    # options naming a file a command writes
+
+
+def _check_outputs(args) -> None:
+    """Every file a command will write can be: its folder exists and is writable, and it is not a folder
+    itself. Checked before the work, so that a long GPU run does not end in an unwritable path."""
+    for name in OUTPUT_FILES:
+        path = getattr(args, name, None)
+        if not isinstance(path, str) or not path:
+            continue
+        where = os.path.dirname(os.path.abspath(path))
+        flag = "--" + name.replace("_", "-")
+        if os.path.isdir(path):
+            raise KogcError(f"{flag} {path}: a folder is there, not a file")
+        if not os.path.isdir(where):
+            raise KogcError(f"{flag} {path}: no folder {where}")
+        writable(where, f"{flag} {path}")
+
+
+def writable(folder: str, what: str) -> None:
+    """A KogcError naming `what` unless a file can be made in `folder` (a probe file, not os.access: root
+    passes that check on read-only mounts)."""
+    try:
+        tempfile.TemporaryFile(dir=folder).close()
+    except OSError as e:
+        raise KogcError(f"{what}: cannot write in {folder} ({e.strerror})") from None
+
+
 def main(argv: list[str] | None = None) -> int:
     from .scheduler import SchedulerError
     try:
@@ -524,6 +553,7 @@ def main(argv: list[str] | None = None) -> int:
     args.argv = list(sys.argv[1:] if argv is None else argv)     # (--gpus G starts G processes with these)
     from .cli_compile import cmd_compile
     try:
+        _check_outputs(args)
         resolve_model(args)
         return {"compile": cmd_compile, "bench": cmd_bench, "run": cmd_run, "check": cmd_check, "sweep": cmd_sweep,
                 "analyze": cmd_analyze, "inspect": cmd_inspect, "predict": _cmd_predict}[args.command](args)

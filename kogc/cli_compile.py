@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import time
 
-from .cli import _fail, _progress, _stage_progress, _tile_config
+from .cli import _fail, _progress, _stage_progress, _tile_config, writable
 from .cli_model import model_overrides
 from .errors import KogcError
 
@@ -34,8 +34,7 @@ def cmd_compile(args) -> int:
             os.makedirs(args.out, exist_ok=True)
         except OSError as e:
             return _fail(f"--out {args.out}: cannot create the folder ({e.strerror})")
-        if not os.access(args.out, os.W_OK):
-            return _fail(f"--out {args.out}: the folder is not writable")
+        writable(args.out, f"--out {args.out}")
     t0 = time.perf_counter()
     total = 2 if args.emit in ("ir", "ir-json") else (5 + args.per_variant if args.out else 3)
     overrides = model_overrides(args)

@@ -108,6 +108,8 @@ def test_check_under_the_interpreter(tmp_path, capsys):
     (["check", MICRO, "--config", "nope", "--interpret"], "unknown preset"),
     (["check", MICRO, "--config", "micro", "--interpret", "--tile-config", '{"tile_size": 4096}'], "unknown field"),
     (["check", "--steps", "x"], "invalid int value"),
+    (["check", MICRO, "--config", "micro", "--interpret", "--json", "/nonexistent-dir/c.json"], "no folder"),
+    (["check", MICRO, "--config", "micro", "--interpret", "--json", os.path.dirname(MICRO)], "a folder is there"),
 ])
 def test_check_bad_input(argv, message, capsys):
     assert main(argv) == 2
