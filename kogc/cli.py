@@ -516,12 +516,13 @@ def cmd_run(args) -> int:
     return 0
 
 
-OUTPUT_FILES = ("json", "task_times", "png", "trace", "graph")    # options naming a file a command writes
+OUTPUT_FILES = ("json", "task_times", "png", "trace", "graph")    # options naming a file a command writes (and --out)
 
 
 def _check_outputs(args) -> None:
     """Every file a command will write can be: its folder exists and is writable, and it is not a folder
-    itself. Checked before the work, so that a long GPU run does not end in an unwritable path."""
+    itself; --out, a folder, can be made or written in. Checked before the work, so that a long GPU run does not end
+    in an unwritable path."""
     for name in OUTPUT_FILES:
         path = getattr(args, name, None)
         if not isinstance(path, str) or not path:
@@ -533,6 +534,16 @@ def _check_outputs(args) -> None:
         if not os.path.isdir(where):
             raise KogcError(f"{flag} {path}: no folder {where}")
         writable(where, f"{flag} {path}")
+    out = getattr(args, "out", None)          # a folder a command writes into (compile's build, sweep's stamps)
+    if isinstance(out, str) and out:
+        if os.path.exists(out) and not os.path.isdir(out):
+            raise KogcError(f"--out {out}: a file is there, not a folder")
+        made = os.path.abspath(out)           # it, or the folder it will be made in
+        while not os.path.isdir(made) and os.path.dirname(made) != made:
+            if os.path.exists(made):
+                raise KogcError(f"--out {out}: {made} is a file, not a folder")
+            made = os.path.dirname(made)
+        writable(made, f"--out {out}")
 
 
 def writable(folder: str, what: str) -> None:

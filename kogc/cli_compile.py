@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import time
 
-from .cli import _fail, _progress, _stage_progress, _tile_config, writable
+from .cli import _fail, _progress, _stage_progress, _tile_config
 from .cli_model import model_overrides
 from .errors import KogcError
 
@@ -27,14 +27,6 @@ def cmd_compile(args) -> int:
         return _fail("--per-variant writes its binaries and table under --out DIR: give one")
     if args.gpus != 1 and args.per_variant:
         return _fail("--per-variant with --gpus: compile one rank's variants with --gpus 1 instead")
-    if args.out:        # before the long work: a folder that cannot be written is said at once
-        if os.path.exists(args.out) and not os.path.isdir(args.out):
-            return _fail(f"--out {args.out}: a file is there, not a folder")
-        try:
-            os.makedirs(args.out, exist_ok=True)
-        except OSError as e:
-            return _fail(f"--out {args.out}: cannot create the folder ({e.strerror})")
-        writable(args.out, f"--out {args.out}")
     t0 = time.perf_counter()
     total = 2 if args.emit in ("ir", "ir-json") else (5 + args.per_variant if args.out else 3)
     overrides = model_overrides(args)
