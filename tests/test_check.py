@@ -184,3 +184,13 @@ def test_replayed_reference_equals_eager_and_falls_back_where_capture_fails():
     fallback = ReplayedStep(HostRead(), "cuda", lambda m: None)
     assert fallback.how.startswith("eager (capture failed: ")
     assert float(fallback(0, 2)[0][1]) == 3.0
+
+    class Counting(torch.nn.Module):           # Python state a capture would freeze: eager's second step differs
+        calls = 0
+
+        def forward(self, token, pos):
+            self.calls += 1
+            logits = torch.arange(8.0, device=token.device) * self.calls + pos
+            return logits, torch.argmax(logits)
+    frozen = ReplayedStep(Counting(), "cuda", lambda m: None)
+    assert frozen.how == "eager (the graph's first two steps differed from eager's)"
