@@ -63,6 +63,13 @@ def test_eos_stops_within_the_step(setup):
     (dict(prompt_ids=[1], max_new_tokens=4, temperature=-1.0), "temperature"),
     (dict(prompt_ids=[1], max_new_tokens=0), "max_new_tokens"),
     (dict(prompt_ids=[1], max_new_tokens=4, eos_token_id=-3), "eos_token_id"),
+    (dict(prompt_ids=[1.5, 2], max_new_tokens=4), "a prompt id must be an integer, got 1.5"),
+    (dict(prompt_ids="hello", max_new_tokens=4), "must be token ids, got text"),
+    (dict(prompt_ids=[1], max_new_tokens=2.5), "max_new_tokens must be an integer"),
+    (dict(prompt_ids=[1], max_new_tokens=4, temperature="hot"), "temperature must be a number"),
+    (dict(prompt_ids=[1], max_new_tokens=4, temperature=1.0, top_k=2.5), "top_k must be an integer"),
+    (dict(prompt_ids=[1], max_new_tokens=4, eos_token_id=[3, 4]), "one id: the kernel stops on one token"),
+    (dict(prompt_ids=[1], max_new_tokens=4, temperature=1.0, seed=1.5), "seed must be an integer"),
 ])
 def test_bad_input_is_refused_before_launch(setup, kwargs, needle):
     _, ck = setup

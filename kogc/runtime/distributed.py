@@ -14,7 +14,7 @@ import os
 import torch
 
 from ..errors import KogcError
-from .kernel import CompiledKernel, weights_of
+from .kernel import CompiledKernel, prompt_ids_of, weights_of
 
 
 def launched() -> bool:
@@ -132,7 +132,8 @@ class DistributedKernel:
         """Every rank generates in one launch, in lockstep (the same seed on every rank: rank 0's);
         tokens stream from rank 0 (`on_token` is called there only)."""
         import torch.distributed as dist
-        self.check_generate(list(prompt_ids), max_new_tokens, temperature, top_k, top_p, seed, eos_token_id)
+        prompt_ids = prompt_ids_of(prompt_ids)
+        self.check_generate(prompt_ids, max_new_tokens, temperature, top_k, top_p, seed, eos_token_id)
         if seed is None:
             box = [int.from_bytes(os.urandom(4), "little") & 0x7FFFFFFF]
             dist.broadcast_object_list(box, src=0)

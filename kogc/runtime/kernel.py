@@ -31,6 +31,30 @@ def as_index(x, what: str) -> int:
     raise KogcError(f"{what} must be an integer, got {x!r}")
 
 
+def prompt_ids_of(prompt_ids) -> list[int]:
+    """The prompt as a list of ints (each as_index); text or floats are refused by name."""
+    if isinstance(prompt_ids, str):
+        raise KogcError(f"the prompt must be token ids, got text {prompt_ids[:40]!r} (kogc run --prompt tokenizes "
+                        f"text for a transformers model)")
+    return [as_index(t, "a prompt id") for t in prompt_ids]
+
+
+def _check_types(prompt, **args) -> None:
+    """generate's arguments of the right kinds: integers (max_new_tokens; top_k, seed, eos_token_id or None)
+    and real numbers (temperature; top_p or None); a KogcError names the first that is not."""
+    prompt_ids_of(prompt)
+    for name in ("max_new_tokens", "top_k", "seed", "eos_token_id"):
+        x = args[name]
+        if (x is not None or name == "max_new_tokens") and not (isinstance(x, numbers.Integral)
+                                                                and not isinstance(x, bool)):
+            one = " (one id: the kernel stops on one token)" if name == "eos_token_id" else ""
+            raise KogcError(f"{name} must be an integer{one}, got {x!r}")
+    for name in ("temperature", "top_p"):
+        x = args[name]
+        if (x is not None or name == "temperature") and not (isinstance(x, numbers.Real) and not isinstance(x, bool)):
+            raise KogcError(f"{name} must be a number, got {x!r}")
+
+
 class CompiledKernel:
     """`step(token, pos)` runs one decode step in ONE launch; returns (logits, next token)."""
 
@@ -156,7 +180,7 @@ class CompiledKernel:
 
         `on_token(token)` is called for every new token: on a GPU while the kernel runs (it writes them
         to pinned host memory, which the host polls); under the interpreter after the launch."""
-        prompt = [int(t) for t in prompt_ids]
+        prompt = prompt_ids_of(prompt_ids)
         self.check_generate(prompt, max_new_tokens, temperature, top_k, top_p, seed, eos_token_id)
         self.schedule.check_step_closure()     # proved once per schedule
         for pos, tok in enumerate(prompt[:-1]):
@@ -208,6 +232,8 @@ class CompiledKernel:
     def check_generate(self, prompt, max_new_tokens, temperature, top_k, top_p, seed, eos) -> None:
         """Refuse, before anything launches, what `generate` cannot do (KogcError naming it)."""
         vocab = self.vocab
+        _check_types(prompt, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
+                     seed=seed, eos_token_id=eos)
         if not prompt:
             raise KogcError("the prompt is empty: give at least one token id")
         bad = [t for t in prompt if not 0 <= t < vocab]

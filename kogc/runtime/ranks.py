@@ -18,7 +18,7 @@ import torch
 from ..errors import KogcError
 from ..ir.graph import Graph, Op
 from ..scheduler import Schedule
-from .kernel import CompiledKernel, KernelHangError, as_index
+from .kernel import CompiledKernel, KernelHangError, as_index, prompt_ids_of
 
 
 def link_peers(kernels: list[CompiledKernel]) -> None:
@@ -177,7 +177,7 @@ class RankedKernel:
         lockstep choosing the same token; under the interpreter one step at a time (the same tokens:
         the noise is keyed by step). With top-k / top-p every rank gathers the whole logits (each
         rank's keysend copies its shard to all) and filters them as one GPU does."""
-        prompt = [int(t) for t in prompt_ids]
+        prompt = prompt_ids_of(prompt_ids)
         self.check_generate(prompt, max_new_tokens, temperature, top_k, top_p, seed, eos_token_id)
         filters = dict(top_k=top_k or 0, top_p=1.0 if top_p is None else top_p)
         for s in self.schedules:
