@@ -132,14 +132,8 @@ def compile(module: torch.nn.Module, target: str | None = None, device: str | No
     the model's dtype); a dict {parameter name: kogc.fp8.Fp8Weight} (kogc.fp8.from_state_dict of a
     checkpoint; kogc.fp8.compensate_head for a transformers model's LM head, its rounding compensated over
     calibration text) gives weights already in FP8, packed as they are, the others quantized."""
-    if not isinstance(module, torch.nn.Module):
-        raise KogcError(f"kogc.compile takes a torch.nn.Module (a decode step forward(token, pos), or a transformers "
-                        f"causal LM), got {type(module).__name__}")
-    if isinstance(tile_config, dict):
-        tile_config = tile_config_from_fields(tile_config)
-    elif tile_config is not None and not isinstance(tile_config, TileConfig):
-        raise KogcError(f"tile_config must be a kogc.scheduler.TileConfig or a dict of its fields, got "
-                        f"{type(tile_config).__name__}")
+    tile_config = _check_options(module, tile_config, target, device, gpus=gpus, num_programs=num_programs,
+                                 num_warps=num_warps, max_registers=max_registers, max_len=max_len)
     target = target or default_target()
     given = module
     module = decode_step(module, max_len)
@@ -166,6 +160,35 @@ def compile(module: torch.nn.Module, target: str | None = None, device: str | No
     return CompiledKernel(graph, schedule, weights_of(module, graph, prequantized), device, interpret, profile=profile,
                           num_warps=num_warps or tgt.num_warps,
                           max_registers=max_registers or tgt.max_registers)
+
+
+def _check_options(module, tile_config, target, device, **counts) -> TileConfig | None:
+    """compile's arguments of the right kinds, before any work (a KogcError naming the first that is not);
+    returns tile_config as a TileConfig (a dict of its fields is taken too)."""
+    if not isinstance(module, torch.nn.Module):
+        raise KogcError(f"kogc.compile takes a torch.nn.Module (a decode step forward(token, pos), or a transformers "
+                        f"causal LM), got {type(module).__name__}")
+    for name, x in counts.items():        # gpus, num_programs, num_warps, max_registers, max_len: None or >= 1
+        if x is not None and not (isinstance(x, int) and not isinstance(x, bool) and (x >= 1 or name == "gpus")):
+            raise KogcError(f"{name} must be a whole number >= 1, got {x!r}")   # (gpus < 1: the sharding says so)
+    if counts["num_warps"] is not None and counts["num_warps"] & (counts["num_warps"] - 1):
+        raise KogcError(f"num_warps must be a power of two, got {counts['num_warps']}")
+    if target is not None:
+        try:
+            get_target(target)
+        except KeyError as e:
+            raise KogcError(e.args[0]) from None
+    if device is not None:
+        try:
+            torch.device(device)
+        except (RuntimeError, TypeError) as e:
+            raise KogcError(f"device {device!r}: {str(e).splitlines()[0][:120]}") from None
+    if isinstance(tile_config, dict):
+        return tile_config_from_fields(tile_config)
+    if tile_config is not None and not isinstance(tile_config, TileConfig):
+        raise KogcError(f"tile_config must be a kogc.scheduler.TileConfig or a dict of its fields, got "
+                        f"{type(tile_config).__name__}")
+    return tile_config
 
 
 def step_names(weights, given: torch.nn.Module, step: torch.nn.Module):

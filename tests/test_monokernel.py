@@ -116,7 +116,7 @@ def test_bad_inputs_are_refused_before_launch(tiny_kernel):
     assert ck.epoch == epoch
 
 
-def test_compile_refuses_what_is_not_a_module_and_takes_tile_fields_as_a_dict():
+def test_compile_refuses_bad_options_by_name_and_takes_tile_fields_as_a_dict():
     from kogc.scheduler import SchedulerError
     with pytest.raises(KogcError, match="takes a torch.nn.Module"):
         kogc.compile(42)
@@ -124,6 +124,11 @@ def test_compile_refuses_what_is_not_a_module_and_takes_tile_fields_as_a_dict():
         kogc.compile(tiny(num_lanes=2), tile_config=4096)
     with pytest.raises(SchedulerError, match="unknown field"):
         kogc.compile(tiny(num_lanes=2), tile_config={"tile_size": 4096})
+    for kwargs, words in ((dict(gpus="2"), "gpus must be a whole number"), (dict(num_programs=0), "num_programs"),
+                          (dict(num_warps=3), "num_warps must be a power of two"), (dict(max_len=-1), "max_len"),
+                          (dict(target="tpu"), "unknown target 'tpu'"), (dict(device="tpu:0"), "device 'tpu:0'")):
+        with pytest.raises(KogcError, match=words):
+            kogc.compile(tiny(num_lanes=2), **kwargs)
     ck = kogc.compile(tiny(num_lanes=2), tile_config={"tile_bytes": 1024})
     assert ck.schedule.tile_config.tile_bytes == 1024
 
