@@ -314,3 +314,11 @@ def test_a_build_with_shared_lane_events(tmp_path, capsys):
     for t in s.tasks:
         for g, _ in t.waits:
             assert end[t.id] - us[t.id] >= max(end[i] for i in s.events[g].tasks) + ins.latency_us - 1e-9
+
+
+def test_a_build_of_several_ranks_points_at_one(tmp_path, capsys):
+    # kogc compile --gpus G --out DIR writes DIR/rank0 .. rankG-1: inspecting DIR names the way in
+    for r in (0, 1):
+        (tmp_path / f"rank{r}").mkdir()
+    rc, _, err = run(capsys, str(tmp_path))
+    assert rc == 2 and "a build of 2 ranks" in err and os.path.join(str(tmp_path), "rank0") in err

@@ -253,6 +253,10 @@ def load_build(path: str, kind_us: dict | None = None, machine_code: bool = True
     sj = os.path.join(path, "schedule.json")
     text = _read(sj)
     if text is None:
+        ranks = sorted(d for d in os.listdir(path) if d.startswith("rank") and d[4:].isdigit())
+        if ranks:       # kogc compile --gpus G --out DIR writes one build a rank
+            raise KogcError(f"{path}: a build of {len(ranks)} ranks: inspect one of them, e.g. "
+                            f"{os.path.join(path, ranks[0])}")
         raise KogcError(f"{path}: not a kogc build folder (no schedule.json; kogc compile ... --out DIR writes one)")
     schedule = schedule_from_json(text, sj)
     nodes = parse_ir(_read(os.path.join(path, "ir.txt")) or "")
