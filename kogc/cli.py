@@ -319,8 +319,6 @@ def cmd_bench(args) -> int:
     if refused is not None:
         return refused
     contexts = _ints(args.context, "--context")
-    if min(contexts) < 0:
-        return _fail(f"--context must be one or more positions >= 0, got {contexts}")
     presets = [x for x in (args.config or "").split(",") if x]
     overrides = model_overrides(args)
     if args.scaling:

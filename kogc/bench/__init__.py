@@ -21,7 +21,7 @@ import time
 import torch
 
 from .against_eager import check_step, format_check
-from .measure import Row, bytes_per_token, kernel_id, read_bandwidth, time_steps
+from .measure import Row, bytes_per_token, check_timing, kernel_id, read_bandwidth, time_steps
 from .handwritten import handwritten_graph_step, shapes_of
 from .stacks import compiled_graph_step, eager_step, graph_step, trimmed_graph_step
 
@@ -52,6 +52,7 @@ def run_bench(model_file: str, preset: str | None, context: int = 1024, steps: i
     from ..runtime.kernel import fill_kv_from, kv_cache_buffers, randomize_kv
 
     device = "cpu" if interpret else "cuda"
+    check_timing([context], steps, reps)
     warmup = 0 if interpret else 3          # the interpreter has nothing to warm up: each launch is seconds
     t0 = time.perf_counter()
     name = preset or checkpoint or model_file

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..errors import KogcError
 from ..scheduler.tile import ESIZE
 
 
@@ -25,6 +26,14 @@ class Row:
         floor_bytes = self.extra.get("floor_bytes", floor_bytes)     # a row with its own bytes per token
         return {"name": self.name, "ms_median": med, "ms_min": min(self.ms), "ms_max": max(self.ms),
                 "ms_reps": self.ms, "tok_per_s": 1e3 / med, "TBps": floor_bytes / (med * 1e-3) / 1e12, **self.extra}
+
+
+def check_timing(contexts: list[int], steps: int, reps: int) -> None:
+    """The positions and counts a timed run takes (bench, its scaling table and ranks, sweep): a KogcError otherwise."""
+    if not contexts or any(c < 0 for c in contexts):
+        raise KogcError(f"--context must be one or more positions >= 0, got {contexts}")
+    if steps < 1 or reps < 1:
+        raise KogcError("--steps and --reps must be >= 1")
 
 
 def time_steps(run, steps: int, reps: int, device: str, warmup: int = 3) -> list[float]:

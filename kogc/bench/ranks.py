@@ -16,7 +16,7 @@ import time
 import torch
 
 from .against_eager import check_step, mirror_lane_groups
-from .measure import Row, bytes_per_token, read_bandwidth, time_steps
+from .measure import Row, bytes_per_token, check_timing, read_bandwidth, time_steps
 
 
 def _kernels(ck):
@@ -64,6 +64,7 @@ def run_bench_ranks(model_file: str, preset: str | None, gpus: int, one_gpu: boo
     from ..frontend.model_file import build_model
     from ..runtime.kernel import fill_kv_from, kv_cache_buffers, randomize_kv
 
+    check_timing([context], steps, reps)
     say = progress or (lambda msg: None)
     t0 = time.perf_counter()
     mirror = one_gpu == "mirror"

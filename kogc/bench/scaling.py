@@ -14,7 +14,7 @@ import torch
 
 from ..errors import KogcError
 from .against_eager import check_step, token_words
-from .measure import bytes_per_token, read_bandwidth, time_steps
+from .measure import bytes_per_token, check_timing, read_bandwidth, time_steps
 
 
 def run_scaling(model_file: str, presets: list[str | None], contexts: list[int], steps: int = 50, reps: int = 3,
@@ -26,10 +26,7 @@ def run_scaling(model_file: str, presets: list[str | None], contexts: list[int],
     from ..frontend.model_file import build_model
     from ..runtime.kernel import fill_kv_from, kv_cache_buffers, randomize_kv
 
-    if not contexts or any(c < 0 for c in contexts):
-        raise KogcError(f"--context must be one or more positions >= 0, got {contexts}")
-    if steps < 1 or reps < 1:
-        raise KogcError("--steps and --reps must be >= 1")
+    check_timing(contexts, steps, reps)
     device = "cpu" if interpret else "cuda"
     bw = None if interpret else read_bandwidth()
     res = {"config": {"model_file": model_file, "presets": presets, "checkpoint": checkpoint, "contexts": contexts,

@@ -31,7 +31,7 @@ from ..check import TIE_ULPS, _miss, default_max_rel_err, rel_err, tie_dtype
 from ..errors import KogcError
 from ..ir.shard import vocab_shard
 from .against_eager import reference_module
-from .measure import bytes_per_token, kernel_id, read_bandwidth, time_steps
+from .measure import bytes_per_token, check_timing, kernel_id, read_bandwidth, time_steps
 
 RUN_OPTIONS = ("num_programs", "num_warps", "max_registers", "profile")
 CHAIN = 16          # launches back to back in the chained check (GPU)
@@ -93,10 +93,7 @@ def run_sweep(model_file: str, preset: str | None, variants: str, contexts: list
         # (a rows file given as --out would otherwise be silently not written)
         raise KogcError(f"--out {out_dir}: only a profiled variant ({{\"profile\": true}}) writes there, and no variant "
                         f"asks for one; the rows go to --json FILE")
-    if not contexts or any(c < 0 for c in contexts):
-        raise KogcError(f"--context must be one or more positions >= 0, got {contexts}")
-    if steps < 1 or reps < 1:
-        raise KogcError("--steps and --reps must be >= 1")
+    check_timing(contexts, steps, reps)
     device = "cpu" if interpret else "cuda"
     warmup = 0 if interpret else 3
     model = build_model(model_file, preset=preset, checkpoint=checkpoint, seed=seed, **(overrides or {}))

@@ -26,9 +26,13 @@ def as_index(x, what: str) -> int:
     (a float, a bool) is refused by name rather than truncated."""
     if isinstance(x, torch.Tensor) and x.numel() == 1 and not (x.dtype.is_floating_point or x.dtype == torch.bool):
         return int(x.item())
-    if isinstance(x, numbers.Integral) and not isinstance(x, bool):
+    if _is_int(x):
         return int(x)
     raise KogcError(f"{what} must be an integer, got {x!r}")
+
+
+def _is_int(x) -> bool:
+    return isinstance(x, numbers.Integral) and not isinstance(x, bool)
 
 
 def prompt_ids_of(prompt_ids) -> list[int]:
@@ -45,8 +49,7 @@ def _check_types(prompt, **args) -> None:
     prompt_ids_of(prompt)
     for name in ("max_new_tokens", "top_k", "seed", "eos_token_id"):
         x = args[name]
-        if (x is not None or name == "max_new_tokens") and not (isinstance(x, numbers.Integral)
-                                                                and not isinstance(x, bool)):
+        if (x is not None or name == "max_new_tokens") and not _is_int(x):
             one = " (one id: the kernel stops on one token)" if name == "eos_token_id" else ""
             raise KogcError(f"{name} must be an integer{one}, got {x!r}")
     for name in ("temperature", "top_p"):
