@@ -17,7 +17,7 @@ from kogc.analysis.stamps import body_us, load_profiled
 from kogc.analysis.ranks import replay_ranks, schedules_for
 from kogc.runtime.profile import kind_key
 from kogc.scheduler.schedule import context_scale
-from kogc.api import tile_config_for
+from kogc.settings import tile_config_for
 from kogc.frontend import to_ir
 from kogc.frontend.model_file import build_for_tracing
 from kogc.targets import get_target

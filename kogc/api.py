@@ -1,8 +1,6 @@
 """`kogc.compile(module, target=...)`: trace, schedule, generate, pack, allocate."""
 from __future__ import annotations
 
-import dataclasses
-
 import torch
 
 from .errors import KogcError
@@ -10,87 +8,9 @@ from .fp8 import WEIGHT_FORMATS, Fp8Weight
 from .frontend import decode_step, to_ir
 from .runtime.kernel import CompiledKernel, weights_of
 from .scheduler import TileConfig, build_schedule
-from .scheduler.config import tile_config_from_fields, with_stagger
-from .targets import ALIASES, Target, get_target, target_for_device
-
-# The interpreter runs programs one after another: big tiles keep the task count (and time) down.
-INTERPRETER_TILES = TileConfig(tile_bytes=1 << 20, attn_splits=2, attn_block=16, elem_block=4096)
-
-PLACEMENT_ATTRIBUTE = "kogc_placement"
-
-
-def placement_profiles(module: torch.nn.Module) -> list[dict]:
-    """The placement profiles a model carries (its `kogc_placement` attribute: one dict or a list of
-    them, each {"tile_bytes": int, "kind_us": {task kind: microseconds}, optionally "target": name,
-    "weights": the format it was measured with ("model" if absent, or "fp8") and "lane_group_stagger":
-    the placement setting that format measured best with}), checked; [] if it carries none."""
-    value = getattr(module, PLACEMENT_ATTRIBUTE, None)
-    if value is None:
-        return []
-    profiles = value if isinstance(value, (list, tuple)) else [value]
-    for p in profiles:
-        stagger = p.get("lane_group_stagger") if isinstance(p, dict) else None
-        ok = (isinstance(p, dict) and isinstance(p.get("tile_bytes"), int) and isinstance(p.get("kind_us"), dict)
-              and all(isinstance(k, str) and isinstance(v, (int, float)) and v > 0 for k, v in p["kind_us"].items())
-              and (p.get("target") is None or str(p["target"]).lower() in ALIASES)
-              and p.get("weights", "model") in WEIGHT_FORMATS
-              and (stagger is None or (isinstance(stagger, (int, float)) and stagger >= 0)))
-        if not ok:
-            raise KogcError(f"{type(module).__name__}.{PLACEMENT_ATTRIBUTE}: a placement profile is "
-                            f"{{\"tile_bytes\": int, \"kind_us\": {{kind: us > 0}}, \"target\": name, \"weights\": "
-                            f"{' | '.join(WEIGHT_FORMATS)}, \"lane_group_stagger\": number >= 0}}, got {p!r}")
-    return list(profiles)
-
-
-def placement_profile(module: torch.nn.Module, target: Target, tile_bytes: int, weights: str = "model") -> dict | None:
-    """The profile a model ships for this target, tile size and weight format (None: none applies).
-    Task times and the lane groups' best offset move with the format: laneformer-2b's FP8 tasks are
-    placed with their own times and offset (-3.8% against fp16's times and the default offset)."""
-    for p in placement_profiles(module):
-        name = p.get("target")
-        if ((name is None or ALIASES[str(name).lower()] == target.name) and p["tile_bytes"] == tile_bytes
-                and p.get("weights", "model") == weights):
-            return p
-    return None
-
-
-def tile_config_for(module: torch.nn.Module, target: Target, tile_config: TileConfig | None = None,
-                    interpret: bool = False, weights: str = "model") -> TileConfig:
-    """The settings a compile of `module` uses: `tile_config` (else the defaults, the interpreter's
-    under the interpreter), with the placement filled in where the config leaves it unset: kind_us and
-    lane_group_stagger from the model's shipped profile for this target, tile size and weight format,
-    else none (the bytes model) and DEFAULT_LANE_GROUP_STAGGER. weights="fp8" sets TileConfig.weights
-    (a tile config may also ask for it itself). Anything that schedules a model for a kernel (kogc
-    compile, kogc analyze) should go through this, so that it places as kogc.compile does."""
-    cfg = tile_config or (INTERPRETER_TILES if interpret else TileConfig())
-    if weights != "model":
-        cfg = dataclasses.replace(cfg, weights=weights)
-    profile = placement_profile(module, target, cfg.tile_bytes, cfg.weights) or {}
-    if cfg.kind_us is None and profile.get("kind_us"):
-        cfg = dataclasses.replace(cfg, kind_us=dict(profile["kind_us"]))
-    return with_stagger(cfg, profile.get("lane_group_stagger"))
-
-
-def device_target(target: Target, device: str | torch.device = "cuda", num_warps: int | None = None,
-                  max_registers: int | None = None) -> Target:
-    """`target` fitted to the CUDA device (its SMs, register file, L2, memory), with the programs per SM
-    counted at the warps and register cap the kernel is launched with."""
-    launched = dataclasses.replace(target, num_warps=num_warps or target.num_warps,
-                                   max_registers=max_registers or target.max_registers)
-    return target_for_device(launched, torch.cuda.get_device_properties(torch.device(device)))
-
-
-def default_target() -> str:
-    """The target of the GPU at hand: mi300x on a ROCm build of PyTorch (torch.cuda is HIP there),
-    else h200 (also with no GPU: the interpreter)."""
-    return "mi300x" if getattr(torch.version, "hip", None) else "h200"
-
-
-def runs_here(tgt: Target) -> bool:
-    """Whether this machine's GPU runs kernels for `tgt`: a CUDA GPU for an NVIDIA target, a ROCm
-    (HIP) one for an AMD target."""
-    hip = bool(getattr(torch.version, "hip", None))
-    return torch.cuda.is_available() and (tgt.vendor == "amd") == hip
+from .scheduler.config import tile_config_from_fields
+from .settings import device_target, default_target, runs_here, tile_config_for
+from .targets import get_target
 
 
 def compile(module: torch.nn.Module, target: str | None = None, device: str | None = None,

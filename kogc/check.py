@@ -3,19 +3,12 @@
 Two checks, in one run:
 
 - step by step: `steps` decode steps from position 0, each fed eager's token; per step the relative
-  error of kogc's logits against eager's, and whether kogc picked eager's token (tie-aware, below);
+  error of kogc's logits against eager's, and whether kogc picked eager's token (tie-aware: kogc.compare);
   with `fp32_ref`, both against the same weights upcast to fp32 (kogc must be no farther from it than
   eager is, with a small slack);
 - generation: `generate` greedy tokens from ONE launch (`CompiledKernel.generate`), checked against
   eager decoding the same sequence (teacher forcing, tie-aware), and the same tokens from a loop of
   one-step launches (they must be equal), with both speeds.
-
-Tie-aware argmax: eager fp16 is one rounding of the model among several valid ones. Where eager's
-top two logits are within a couple of fp16 steps of each other, either token is a correct answer,
-and a different choice there is no error. `tie_aware_mismatches` counts a miss only where the logit
-eager gives kogc's token is more than `ulps` fp16 steps (the spacing of fp16 at the magnitude of
-eager's maximum) below eager's maximum: in particular every step where eager's own top two are more
-than that apart and kogc did not pick eager's token.
 """
 from __future__ import annotations
 
@@ -25,91 +18,16 @@ import time
 
 import torch
 
+from .compare import (FP32_SLACK, TIE_ULPS, default_max_rel_err, is_near_tie, no_farther_than_eager, rel_err,
+                      tie_aware_mismatches, tie_dtype, token_miss)
 from .errors import KogcError
+from .runtime.distributed import ranks_on
+from .runtime.kernel import stored_schedule
 
-TIE_ULPS = 2.0            # a miss counts only when kogc's token is more than this many fp16 steps below eager's max
-FP32_SLACK = 0.10         # kogc's mean error against fp32 may exceed eager's by this fraction ...
-FP32_FLOOR = 1e-6         # ... plus this (an fp32 model's eager is its own fp32 reference: error 0)
 MEMORY_RATIO_MAX = 1.05   # GPU bytes kogc allocates over the bytes the model's buffers need ...
 MEMORY_SLACK = 16 << 20   # ... plus this (the task table and counters: most of a tiny model's bytes)
 DEFAULT_PROMPT = (1, 2, 3, 4)
 MODEL_BUFFERS = ("W", "EMB", "KV", "ACT", "F32", "SMALL")   # what the model itself needs (not the task table)
-
-
-def fp16_ulp(x, dtype: torch.dtype = torch.float16) -> torch.Tensor:
-    """The spacing of `dtype` (one step, an ulp) at the magnitude of `x`: 2**(floor(log2|x|)) * eps,
-    never below the spacing of the subnormals (2**-24 for fp16)."""
-    fi = torch.finfo(dtype)
-    x = torch.as_tensor(x, dtype=torch.float64).abs()
-    e = torch.floor(torch.log2(x.clamp(min=fi.tiny)))
-    return torch.exp2(e) * fi.eps
-
-
-def _miss(ref: torch.Tensor, token: int, ulps: float, dtype: torch.dtype) -> dict | None:
-    """None if `token` is eager's choice or within `ulps` steps of it in `ref` (eager's logits)."""
-    ref = ref.detach().reshape(-1).double().cpu()
-    top2 = torch.topk(ref, min(2, ref.numel()))
-    best = int(torch.argmax(ref))                     # the first maximum: greedy's tie rule
-    if token == best:
-        return None
-    unit = float(fp16_ulp(ref[best], dtype))
-    top2_gap = float(top2.values[0] - top2.values[-1])
-    gap = float(ref[best] - ref[token]) if 0 <= token < ref.numel() else float("inf")
-    if gap <= ulps * unit:
-        return None
-    return {"kogc": int(token), "eager": best, "gap": gap, "gap_ulps": gap / unit, "top2_gap": top2_gap,
-            "ulp": unit}
-
-
-def tie_aware_mismatches(eager_logits, kogc_tokens, ulps: float = TIE_ULPS,
-                         dtype: torch.dtype = torch.float16) -> list[dict]:
-    """The steps where kogc's token is a real miss against eager's logits.
-
-    eager_logits: [steps, vocab] (a tensor or a sequence of 1-D tensors), kogc_tokens: one token per
-    step. A step counts when kogc's token differs from eager's argmax AND eager's logit for it is more
-    than `ulps` steps of `dtype` (at the magnitude of eager's maximum) below that maximum; a token
-    outside the vocabulary always counts. Returns one dict per miss: step, kogc, eager, gap (eager's
-    max minus eager's logit of kogc's token), gap_ulps, top2_gap (eager's own top-two gap), ulp."""
-    rows = list(eager_logits)
-    tokens = [int(t) for t in kogc_tokens]
-    if len(rows) != len(tokens):
-        raise ValueError(f"{len(rows)} rows of logits for {len(tokens)} tokens")
-    out = []
-    for step, (ref, tok) in enumerate(zip(rows, tokens)):
-        m = _miss(ref, tok, ulps, dtype)
-        if m is not None:
-            out.append({"step": step, **m})
-    return out
-
-
-def is_near_tie(ref: torch.Tensor, ulps: float = TIE_ULPS, dtype: torch.dtype = torch.float16) -> bool:
-    """Eager's own top two logits are at most `ulps` steps of `dtype` apart."""
-    ref = ref.detach().reshape(-1).double().cpu()
-    if ref.numel() < 2:
-        return False
-    top = torch.topk(ref, 2).values
-    return bool(top[0] - top[1] <= ulps * fp16_ulp(top[0], dtype))
-
-
-def no_farther_than_eager(kogc_err: float, eager_err: float, slack: float = FP32_SLACK,
-                          floor: float = FP32_FLOOR) -> bool:
-    """kogc's error against the fp32 reference is at most eager's, with `slack` (relative) and
-    `floor` (absolute) to spare."""
-    return kogc_err <= eager_err * (1.0 + slack) + floor
-
-
-def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
-    a, b = a.detach().double().cpu(), b.detach().double().cpu()
-    return float((a - b).norm() / b.norm().clamp(min=1e-30))
-
-
-def tie_dtype(model_dtype: torch.dtype) -> torch.dtype:
-    """Whose steps measure a tie: bf16's for a bf16 model, fp16's otherwise (fp32 models included)."""
-    return torch.bfloat16 if model_dtype == torch.bfloat16 else torch.float16
-
-
-def default_max_rel_err(model_dtype: torch.dtype) -> float:
-    return 1e-4 if model_dtype == torch.float32 else 1e-2
 
 
 def _progress(msg: str, quiet: bool) -> None:
@@ -278,16 +196,6 @@ def run_check(model_file: str, preset: str | None, steps: int = 256, generate: i
     return res
 
 
-def stored_schedule(ck):
-    """The schedule whose weight format a compiled kernel streams: one GPU's kernel's, or rank 0's of the ranks
-    on one GPU or of this process's rank (every rank stores its weights alike)."""
-    if hasattr(ck, "schedule"):
-        return ck.schedule
-    if hasattr(ck, "schedules"):
-        return ck.schedules[0]
-    return ck.kernel.schedule       # (kogc.runtime.distributed.DistributedKernel)
-
-
 def _against_model_weights(ck, full, steps: int, token: int) -> dict:
     """The FP8 kernel `ck` against the kernel `full` streaming the model's own weights, both fed the
     tokens `full` picks: relative error of the logits and top-1 agreement per step (a report of what
@@ -315,7 +223,7 @@ def _check_steps(ck, eager, ref32, steps: int, token: int, ties: torch.dtype) ->
         errs.append(rel_err(logits.float(), ref))
         agree += int(got == int(ref_tok))
         near += int(is_near_tie(ref, dtype=ties))
-        m = _miss(ref, got, TIE_ULPS, ties)
+        m = token_miss(ref, got, TIE_ULPS, ties)
         if m is not None:
             misses.append({"step": pos, **m})
         if ref32 is not None:
@@ -323,7 +231,7 @@ def _check_steps(ck, eager, ref32, steps: int, token: int, ties: torch.dtype) ->
             l32 = l32.float().cpu()
             for name, (lg, tk) in {"kogc": (logits, got), "eager": (ref_logits, int(ref_tok))}.items():
                 e32[name].append(rel_err(lg.float(), l32))
-                miss32[name] += int(_miss(l32, tk, TIE_ULPS, ties) is not None)
+                miss32[name] += int(token_miss(l32, tk, TIE_ULPS, ties) is not None)
         tok = int(ref_tok)
     out = {"max_rel_err": max(errs), "mean_rel_err": sum(errs) / len(errs), "argmax_agreement": agree / steps,
            "argmax_misses": misses, "eager_near_ties": near}
@@ -376,7 +284,7 @@ def _check_against_single(ck, single, steps: int, generate: int, prompt: list[in
         ref, ref_tok = single.step(tok, pos)
         logits, got = ck.step(tok, pos)
         errs.append(rel_err(logits.float(), ref.float()))
-        misses += int(_miss(ref.float().cpu(), got, TIE_ULPS, ties) is not None)
+        misses += int(token_miss(ref.float().cpu(), got, TIE_ULPS, ties) is not None)
         tok = ref_tok
     out = {"steps": steps, "max_rel_err": max(errs, default=0.0), "argmax_misses": misses}
     if generate:
@@ -403,17 +311,6 @@ def _check_against_single(ck, single, steps: int, generate: int, prompt: list[in
             hangs += 1
     out.update(repeats=repeats, hangs=hangs)
     return out
-
-
-def ranks_on(gpus: int, interpret: bool = False, one_gpu: bool = False) -> str:
-    """Where G ranks ran, in words."""
-    if interpret:
-        return "one process, interpreter"
-    if one_gpu:
-        return "one process, one GPU"
-    if torch.cuda.device_count() < gpus:
-        return f"{gpus} processes sharing {torch.cuda.device_count()} GPU(s)"
-    return f"{gpus} processes, one GPU each"
 
 
 def format_check(res: dict) -> str:

@@ -7,6 +7,7 @@ import sys
 import tempfile
 import time
 
+from .cli_common import fail, needs_gpu, parse_floats, parse_ints, parse_tile_config, save_json
 from .cli_model import (TextStream, compensated_head, model_args, model_overrides, non_negative, positive, positive_int,
                         resolve_model)
 from .errors import KogcError
@@ -14,10 +15,6 @@ from .errors import KogcError
 EMITS = ("ir", "ir-json", "tasks", "schedule", "source")
 
 
-def _tile_config(text: str | None):
-    """--tile-config JSON -> a TileConfig (None: the defaults)."""
-    from .scheduler.config import tile_config_from_json
-    return tile_config_from_json(text) if text else None
 
 
 def _tile_json(args) -> str | None:
@@ -255,106 +252,66 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _fail(msg: str) -> int:
-    print(f"kogc: error: {msg}", file=sys.stderr)
-    return 2
 
 
-def _progress(step: int, total: int, what: str, t0: float) -> None:
-    print(f"[{step}/{total}] {what} ({time.perf_counter() - t0:.1f}s)", file=sys.stderr, flush=True)
 
 
-def _stage_progress(stage: str, seconds: float) -> None:
-    """A schedule build's stage as it ends (build_schedule's progress)."""
-    print(f"      scheduled: {stage} in {seconds:.1f}s", file=sys.stderr, flush=True)
 
 
-def _ints(text: str, what: str) -> list[int]:
-    """A comma-separated list of integers (a KogcError naming the option otherwise)."""
-    try:
-        out = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise KogcError(f"{what} must be comma-separated integers, got {text!r}") from None
-    if not out:
-        raise KogcError(f"{what} is empty")
-    return out
 
 
-def _floats(text: str, what: str) -> list[float]:
-    try:
-        out = [float(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise KogcError(f"{what} must be comma-separated numbers, got {text!r}") from None
-    if not out or any(x < 0 for x in out):
-        raise KogcError(f"{what} must be one or more numbers >= 0, got {text!r}")
-    return out
 
 
-def _needs_gpu(args, what: str) -> int | None:
-    """Set up the interpreter for --interpret (before Triton is imported), or refuse without a GPU."""
-    import torch
-    if args.interpret:
-        if "triton" not in sys.modules:    # Triton reads it once, at import (set later, it would only
-            os.environ.setdefault("TRITON_INTERPRET", "1")   # confuse a process that runs GPU kernels)
-    elif not torch.cuda.is_available():
-        return _fail(f"no GPU here: {what}")
-    return None
 
 
-def _write_json(obj, path: str, quiet: bool = False) -> None:
-    import json
-    with open(path, "w") as f:
-        json.dump(obj, f, indent=1, default=str)
-    if not quiet:
-        print(f"wrote {path}", file=sys.stderr)
 
 
 def cmd_bench(args) -> int:
     if args.mirror and args.gpus < 2:
-        return _fail("--mirror runs rank 0 of G ranks: give --gpus G with G >= 2")
+        return fail("--mirror runs rank 0 of G ranks: give --gpus G with G >= 2")
     if args.mirror and args.one_gpu:
-        return _fail("--mirror runs rank 0 alone, --one-gpu every rank side by side: give one of them")
-    refused = _needs_gpu(args, "kogc bench measures on a CUDA GPU (use --interpret for CPU figures of kogc and eager "
-                               "on a small preset)")
+        return fail("--mirror runs rank 0 alone, --one-gpu every rank side by side: give one of them")
+    refused = needs_gpu(args, "kogc bench measures on a CUDA GPU (use --interpret for CPU figures of kogc and eager "
+                              "on a small preset)")
     if refused is not None:
         return refused
-    contexts = _ints(args.context, "--context")
+    contexts = parse_ints(args.context, "--context")
     presets = [x for x in (args.config or "").split(",") if x]
     overrides = model_overrides(args)
     if args.scaling:
         if args.profile or args.task_times:
-            return _fail("--scaling times kogc alone: --profile and --task-times do not apply")
+            return fail("--scaling times kogc alone: --profile and --task-times do not apply")
         from .bench.scaling import format_scaling, run_scaling
-        save = (lambda res: _write_json(res, args.json, quiet=True)) if args.json else None
+        save = (lambda res: save_json(res, args.json, quiet=True)) if args.json else None
         res = run_scaling(args.model_file, [None] if args.checkpoint or not presets else presets, contexts,
                           steps=args.steps, reps=args.reps, interpret=args.interpret, checkpoint=args.checkpoint,
                           overrides=overrides,
-                          tile_config=_tile_config(_tile_json(args)), on_row=save)
+                          tile_config=parse_tile_config(_tile_json(args)), on_row=save)
         print(format_scaling(res))
         if args.json:
-            _write_json(res, args.json)
+            save_json(res, args.json)
         return 0 if res["passed"] else 1
     if len(contexts) > 1 or len(presets) > 1:
-        return _fail("several presets or contexts are the scaling table: add --scaling")
+        return fail("several presets or contexts are the scaling table: add --scaling")
     preset = presets[0] if presets and not args.checkpoint else None    # None: the model file's or directory's own
     if args.gpus != 1:
         from .cli_ranks import bench_ranks
         return bench_ranks(args, preset, contexts[0], overrides)
     if args.task_times and (not args.profile or args.interpret):
-        return _fail("--task-times writes the stamps of a profiled step: it needs --profile (on a GPU)")
+        return fail("--task-times writes the stamps of a profiled step: it needs --profile (on a GPU)")
     from .bench import ALL_BASELINES, format_table, run_bench, write_json
     baselines = [b for b in args.baselines.split(",") if b]
     bad = [b for b in baselines if b not in ALL_BASELINES]
     if bad:
-        return _fail(f"unknown baseline {bad[0]!r}; known: {', '.join(ALL_BASELINES)}")
+        return fail(f"unknown baseline {bad[0]!r}; known: {', '.join(ALL_BASELINES)}")
     try:
         res = run_bench(args.model_file, preset, context=contexts[0],
                         steps=args.steps, reps=args.reps, baselines=baselines, interpret=args.interpret,
                         profile=args.profile, checkpoint=args.checkpoint, overrides=overrides,
-                        kogc_options={"tile_config": _tile_config(args.tile_config), "weights": args.weights},
+                        kogc_options={"tile_config": parse_tile_config(args.tile_config), "weights": args.weights},
                         task_times=args.task_times)
     except ValueError as e:
-        return _fail(str(e))
+        return fail(str(e))
     print(format_table(res))
     if args.json:
         write_json(res, args.json)
@@ -374,14 +331,14 @@ def _cmd_predict(args) -> int:
 
 
 def cmd_check(args) -> int:
-    refused = _needs_gpu(args, "kogc check runs the kernel on a CUDA GPU (use --interpret for a CPU smoke test on "
-                               "the tiny preset)")
+    refused = needs_gpu(args, "kogc check runs the kernel on a CUDA GPU (use --interpret for a CPU smoke test on "
+                              "the tiny preset)")
     if refused is not None:
         return refused
     from .check import format_check, run_check
     if args.gpus != 1 and _ranks_started(args):
         return 0
-    prompt = _ints(args.prompt_ids, "--prompt-ids")
+    prompt = parse_ints(args.prompt_ids, "--prompt-ids")
     default = 2 if args.interpret else 256
     from .frontend.model_file import is_transformers_dir
     preset = None if args.checkpoint or is_transformers_dir(args.model_file) else \
@@ -390,24 +347,24 @@ def cmd_check(args) -> int:
                     generate=default if args.generate is None else args.generate, prompt=prompt,
                     fp32_ref=args.fp32_ref, seed=args.seed, checkpoint=args.checkpoint,
                     overrides=model_overrides(args),
-                    tile_config=_tile_config(args.tile_config), interpret=args.interpret,
+                    tile_config=parse_tile_config(args.tile_config), interpret=args.interpret,
                     max_rel_err=args.max_rel_err, gpus=args.gpus, one_gpu=args.one_gpu, weights=args.weights)
     print(format_check(res))
     if args.json:
-        _write_json(res, args.json)
+        save_json(res, args.json)
     return 0 if res["passed"] else 1
 
 
 def cmd_sweep(args) -> int:
     if (args.gpus != 1) != args.mirror or args.gpus < 1:
-        return _fail("kogc sweep times one kernel: --gpus G (G >= 2) goes with --mirror (rank 0 of G, its peers "
-                     "mirrored); several GPUs are timed by kogc bench --gpus G")
-    refused = _needs_gpu(args, "kogc sweep times on a CUDA GPU (use --interpret for a smoke run on a small preset)")
+        return fail("kogc sweep times one kernel: --gpus G (G >= 2) goes with --mirror (rank 0 of G, its peers "
+                    "mirrored); several GPUs are timed by kogc bench --gpus G")
+    refused = needs_gpu(args, "kogc sweep times on a CUDA GPU (use --interpret for a smoke run on a small preset)")
     if refused is not None:
         return refused
     from .bench.sweep import run_sweep
     res = run_sweep(args.model_file, None if args.checkpoint else args.config, args.variants,
-                    _ints(args.context, "--context"), steps=args.steps, reps=args.reps, interpret=args.interpret,
+                    parse_ints(args.context, "--context"), steps=args.steps, reps=args.reps, interpret=args.interpret,
                     checkpoint=args.checkpoint, overrides=model_overrides(args),
                     out_dir=args.out, json_path=args.json, tile_config=_tile_json(args),
                     mirror_of=args.gpus if args.mirror else 0)
@@ -419,16 +376,16 @@ def cmd_sweep(args) -> int:
 def cmd_analyze(args) -> int:
     from .analysis import analyze
     if args.first_layers < 0 or (args.programs is not None and args.programs < 1):
-        return _fail("--first-layers must be >= 0 and --programs >= 1")
-    res, text = analyze(args.analysis, args.task_times, latencies=_floats(args.latency_us, "--latency-us"),
+        return fail("--first-layers must be >= 0 and --programs >= 1")
+    res, text = analyze(args.analysis, args.task_times, latencies=parse_floats(args.latency_us, "--latency-us"),
                         first_layers_n=args.first_layers, model_file=args.model_file, preset=args.config,
                         checkpoint=args.checkpoint, lanes=args.lanes, tile_config=_tile_json(args),
                         target=args.target, num_programs=args.programs, place_with=args.place_with,
-                        remote_us=_floats(args.remote_us, "--remote-us") if args.remote_us else (),
+                        remote_us=parse_floats(args.remote_us, "--remote-us") if args.remote_us else (),
                         body_scale=args.scale_bodies)
     print(text)
     if args.json:
-        _write_json(res, args.json)
+        save_json(res, args.json)
     return 0
 
 
@@ -441,7 +398,7 @@ def cmd_inspect(args) -> int:
 
 def cmd_run(args) -> int:
     import torch
-    refused = _needs_gpu(args, "kogc run needs a CUDA GPU (use --interpret to run a small preset on the CPU)")
+    refused = needs_gpu(args, "kogc run needs a CUDA GPU (use --interpret to run a small preset on the CPU)")
     if refused is not None:
         return refused
     text = None
@@ -453,13 +410,13 @@ def cmd_run(args) -> int:
         try:
             prompt = [int(x) for x in args.prompt_ids.split(",") if x.strip()]
         except ValueError:
-            return _fail(f"--prompt-ids must be comma-separated integers, got {args.prompt_ids!r}")
+            return fail(f"--prompt-ids must be comma-separated integers, got {args.prompt_ids!r}")
     from .api import compile as kogc_compile
     from .frontend.model_file import build_model
     if args.compensate_head and args.weights != "fp8":
-        return _fail("--compensate-head compensates FP8 rounding: give it with --weights fp8")
+        return fail("--compensate-head compensates FP8 rounding: give it with --weights fp8")
     if args.profile and (args.interpret or args.gpus != 1):
-        return _fail("--profile records GPU timers of one kernel: not with --interpret or --gpus")
+        return fail("--profile records GPU timers of one kernel: not with --interpret or --gpus")
     if args.gpus != 1 and _ranks_started(args):
         return 0
     t0 = time.perf_counter()
@@ -472,7 +429,7 @@ def cmd_run(args) -> int:
     if args.compensate_head:
         weights = compensated_head(args, model, text.tok if text is not None else None)
         print(f"[run] LM head compensated over calibration text ({time.perf_counter() - t0:.1f}s)", file=sys.stderr)
-    ck = kogc_compile(model, interpret=args.interpret, tile_config=_tile_config(args.tile_config), gpus=args.gpus,
+    ck = kogc_compile(model, interpret=args.interpret, tile_config=parse_tile_config(args.tile_config), gpus=args.gpus,
                       one_gpu=args.one_gpu, profile=bool(args.profile), weights=weights)
     ck.check_generate(prompt, args.max_new_tokens, args.temperature, args.top_k, args.top_p, args.seed, args.eos_id)
     if not args.interpret:   # keep one-time work out of the timings: the kernel's first compile, the
@@ -567,7 +524,7 @@ def main(argv: list[str] | None = None) -> int:
         return {"compile": cmd_compile, "bench": cmd_bench, "run": cmd_run, "check": cmd_check, "sweep": cmd_sweep,
                 "analyze": cmd_analyze, "inspect": cmd_inspect, "predict": _cmd_predict}[args.command](args)
     except (KogcError, SchedulerError) as e:   # the scheduler's refusals (sizes, settings) are user errors too
-        return _fail(str(e))
+        return fail(str(e))
     except BrokenPipeError:  # `kogc compile ... | head`
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0

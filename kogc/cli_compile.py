@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import time
 
-from .cli import _fail, _progress, _stage_progress, _tile_config
+from .cli_common import fail, parse_tile_config, print_progress, print_stage_time
 from .cli_model import model_overrides
 from .errors import KogcError
 
@@ -20,38 +20,37 @@ def cmd_compile(args) -> int:
     try:
         target = get_target(args.target)
     except KeyError as e:
-        return _fail(e.args[0])
+        return fail(e.args[0])
     if not args.emit and not args.out:
-        return _fail("nothing to do: give --emit STAGE or --out DIR")
+        return fail("nothing to do: give --emit STAGE or --out DIR")
     if args.per_variant and not args.out:
-        return _fail("--per-variant writes its binaries and table under --out DIR: give one")
+        return fail("--per-variant writes its binaries and table under --out DIR: give one")
     if args.gpus != 1 and args.per_variant:
-        return _fail("--per-variant with --gpus: compile one rank's variants with --gpus 1 instead")
+        return fail("--per-variant with --gpus: compile one rank's variants with --gpus 1 instead")
     t0 = time.perf_counter()
     total = 2 if args.emit in ("ir", "ir-json") else (5 + args.per_variant if args.out else 3)
     overrides = model_overrides(args)
     model = build_for_tracing(args.model_file, preset=args.config, checkpoint=args.checkpoint, **overrides)
     graph = to_ir(model)
     graph.meta["target"] = target.name
-    _progress(1, total, f"traced {args.model_file}", t0)
+    print_progress(1, total, f"traced {args.model_file}", t0)
     if args.emit in ("ir", "ir-json"):
-        _progress(2, total, f"lowered to IR: {len(graph.nodes)} nodes", t0)
+        print_progress(2, total, f"lowered to IR: {len(graph.nodes)} nodes", t0)
         print(to_json(graph) if args.emit == "ir-json" else to_text(graph, sources=True))
         return 0
-    from .api import tile_config_for
+    from .settings import tile_config_for
     from .codegen.render import render
     from .scheduler import SchedulerError, build_schedule
-    _progress(2, total, f"IR has {len(graph.nodes)} nodes; scheduling for {target.name}", t0)
-    cfg = tile_config_for(model, target, _tile_config(args.tile_config), weights=args.weights)
+    print_progress(2, total, f"IR has {len(graph.nodes)} nodes; scheduling for {target.name}", t0)
+    cfg = tile_config_for(model, target, parse_tile_config(args.tile_config), weights=args.weights)
     if args.gpus != 1:
-        from .cli_ranks import compile_ranks
         return compile_ranks(args, graph, target, cfg, t0, total)
     try:
         # placed as kogc.compile places it (with the model's shipped task times, if any)
-        schedule = build_schedule(graph, target, tile_config=cfg, progress=_stage_progress)
+        schedule = build_schedule(graph, target, tile_config=cfg, progress=print_stage_time)
     except SchedulerError as e:
-        return _fail(str(e))
-    _progress(3, total, f"{len(schedule.tasks)} tasks on {len(schedule.queues)} programs; generating code", t0)
+        return fail(str(e))
+    print_progress(3, total, f"{len(schedule.tasks)} tasks on {len(schedule.queues)} programs; generating code", t0)
     source = render(schedule)
     print_stage(args.emit, schedule, source)
     if args.out:
@@ -67,7 +66,7 @@ def write_variant_table(out: str, schedule, t0: float, total: int) -> None:
     from .codegen.variants import format_variant_table, variant_summaries
 
     def progress(i, n, v):
-        _progress(total, total, f"compiling code variant {i + 1}/{n} alone: {'/'.join(map(str, v))}", t0)
+        print_progress(total, total, f"compiling code variant {i + 1}/{n} alone: {'/'.join(map(str, v))}", t0)
     try:
         rows = variant_summaries(schedule, os.path.join(out, "variants"), progress)
     except (RuntimeError, ValueError) as e:
@@ -116,7 +115,7 @@ def write_outputs(out: str, graph, schedule, source: str, target, t0: float, tot
     for name, text in files.items():
         with open(os.path.join(out, name), "w") as f:
             f.write(text)
-    _progress(4, total, f"wrote {', '.join(files)}; compiling for {target.arch} with triton.compile", t0)
+    print_progress(4, total, f"wrote {', '.join(files)}; compiling for {target.arch} with triton.compile", t0)
     sig, consts = signature(schedule)
     try:
         arts = compile_kernel(os.path.join(out, "kernel.py"), KERNEL_NAME, sig, consts, target.name,
@@ -138,4 +137,23 @@ def write_outputs(out: str, graph, schedule, source: str, target, t0: float, tot
                 raise KogcError(f"the {target.arch} build's synchronisation is wrong: {sync['problems'][0]} (see "
                                 f"{os.path.join(out, 'report.txt')})")
     binary = arts.get("cubin") or arts.get("hsaco")
-    _progress(5, total, f"done: {binary}", t0)
+    print_progress(5, total, f"done: {binary}", t0)
+
+
+def compile_ranks(args, graph, target, cfg, t0: float, total: int) -> int:
+    """kogc compile --gpus G: every rank's schedule (each rank a whole GPU), proven sound together, and
+    with --out one kernel per rank in OUT/rank<r>."""
+    from .codegen.render import render
+    from .ir.shard import check_shardable
+    from .scheduler.ranks import build_rank_schedules
+    check_shardable(graph, args.gpus)
+    schedules = build_rank_schedules(graph, args.gpus, target, tile_config=cfg, progress=print_stage_time)
+    s0 = schedules[0]
+    print_progress(3, total, f"{args.gpus} ranks, {len(s0.tasks)} tasks on {len(s0.queues)} programs each; "
+                             f"generating code", t0)
+    sources = [render(s) for s in schedules]
+    print_stage(args.emit, s0, sources[0])
+    if args.out:
+        for s, src in zip(schedules, sources):
+            write_outputs(os.path.join(args.out, f"rank{s.rank}"), s.graph, s, src, target, t0, total)
+    return 0

@@ -6,46 +6,27 @@ import os
 import sys
 import time
 
-from .cli import _fail, _ints, _progress, _stage_progress, _tile_config, _write_json
-from .cli_compile import print_stage, write_outputs
+from .cli_common import fail, parse_ints, parse_tile_config, print_progress, save_json
 
-
-def compile_ranks(args, graph, target, cfg, t0: float, total: int) -> int:
-    """kogc compile --gpus G: every rank's schedule (each rank a whole GPU), proven sound together, and
-    with --out one kernel per rank in OUT/rank<r>."""
-    from .codegen.render import render
-    from .ir.shard import check_shardable
-    from .scheduler.ranks import build_rank_schedules
-    check_shardable(graph, args.gpus)
-    schedules = build_rank_schedules(graph, args.gpus, target, tile_config=cfg, progress=_stage_progress)
-    s0 = schedules[0]
-    _progress(3, total, f"{args.gpus} ranks, {len(s0.tasks)} tasks on {len(s0.queues)} programs each; generating code",
-              t0)
-    sources = [render(s) for s in schedules]
-    print_stage(args.emit, s0, sources[0])
-    if args.out:
-        for s, src in zip(schedules, sources):
-            write_outputs(os.path.join(args.out, f"rank{s.rank}"), s.graph, s, src, target, t0, total)
-    return 0
 
 def bench_ranks(args, preset: str | None, context: int, overrides: dict) -> int:
     """kogc bench --gpus G: kogc on G ranks beside the one-GPU kernel and the TP=G stack, or with --mirror
     rank 0 alone with its peers mirrored beside the one-GPU kernel (kogc.bench.ranks)."""
     if args.interpret:
-        return _fail("--gpus times the ranks on GPUs: not with --interpret")
+        return fail("--gpus times the ranks on GPUs: not with --interpret")
     if not args.mirror and (args.profile or args.task_times):
-        return _fail("--profile and --task-times apply to one kernel: with --gpus only with --mirror (the ranks' "
-                     "remote waits are profiled anyway)")
+        return fail("--profile and --task-times apply to one kernel: with --gpus only with --mirror (the ranks' "
+                    "remote waits are profiled anyway)")
     if args.task_times and not args.profile:
-        return _fail("--task-times writes the stamps of a profiled step: it needs --profile")
+        return fail("--task-times writes the stamps of a profiled step: it needs --profile")
     started = start_ranks(args)
     if started is not None:
         return started
-    from .bench import _progress as bench_progress, format_table, write_json
+    from .bench import print_progress as bench_progress, format_table, write_json
     from .bench.ranks import format_remote_waits, mirror_speedup, run_bench_ranks
     res = run_bench_ranks(args.model_file, preset, args.gpus, "mirror" if args.mirror else args.one_gpu,
                           context=context, steps=args.steps, reps=args.reps, checkpoint=args.checkpoint,
-                          overrides=overrides, kogc_options={"tile_config": _tile_config(args.tile_config),
+                          overrides=overrides, kogc_options={"tile_config": parse_tile_config(args.tile_config),
                                                                          "weights": args.weights},
                           progress=lambda m: bench_progress(m, quiet=False),
                           profile=args.profile or True, task_times=args.task_times)
@@ -106,29 +87,29 @@ PLAIN_BODIES = ("note: bodies of a plain profile; the model was fitted with a de
 def cmd_predict(args) -> int:
     from .analysis.ranks import predict
     from .analysis.stream import StreamParams
-    from .api import tile_config_for
+    from .settings import tile_config_for
     from .frontend import to_ir
     from .frontend.model_file import build_for_tracing
     from .targets import get_target
     try:
         target = get_target(args.target)
     except KeyError as e:
-        return _fail(e.args[0])
-    gpus = _ints(args.gpus, "--gpus")
+        return fail(e.args[0])
+    gpus = parse_ints(args.gpus, "--gpus")
     if min(gpus) < 1:
-        return _fail(f"--gpus takes rank counts >= 1, got {args.gpus}")
+        return fail(f"--gpus takes rank counts >= 1, got {args.gpus}")
     t0 = time.perf_counter()
     model = build_for_tracing(args.model_file, preset=None if args.checkpoint else args.config,
                               checkpoint=args.checkpoint, **({"num_lanes": args.lanes} if args.lanes else {}))
     graph = to_ir(model)
-    cfg = tile_config_for(model, target, _tile_config(args.tile_config), weights=args.weights)
+    cfg = tile_config_for(model, target, parse_tile_config(args.tile_config), weights=args.weights)
     params = StreamParams(hop_us=args.local_us)
     detail = True
     if args.bodies:
         bodies, detail = _bodies_from(args.bodies)
         params.body_us.update(bodies)
     rows = predict(graph, target, cfg, gpus, params, args.remote_us, args.measured_ms,
-                   progress=lambda G: _progress(gpus.index(G) + 1, len(gpus), f"replaying {G} rank(s)", t0))
+                   progress=lambda G: print_progress(gpus.index(G) + 1, len(gpus), f"replaying {G} rank(s)", t0))
     print(f"{args.checkpoint or args.config} on {target.name}: hop {args.local_us:g} us within a GPU, "
           f"{args.remote_us:g} us across; bodies {args.bodies or 'of laneformer-2b on an H200'} (a model)")
     for r in rows:
@@ -138,8 +119,8 @@ def cmd_predict(args) -> int:
     if not detail:
         print(PLAIN_BODIES)
     if args.json:
-        _write_json({"config": args.config, "target": target.name, "local_us": args.local_us,
-                     "remote_us": args.remote_us, "bodies": args.bodies, "bodies_detail": detail,
-                     "measured_one_gpu_ms": args.measured_ms,
-                     "rows": rows}, args.json)
+        save_json({"config": args.config, "target": target.name, "local_us": args.local_us,
+                   "remote_us": args.remote_us, "bodies": args.bodies, "bodies_detail": detail,
+                   "measured_one_gpu_ms": args.measured_ms,
+                   "rows": rows}, args.json)
     return 0

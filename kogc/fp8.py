@@ -216,7 +216,7 @@ def fake_quantize_module(module: torch.nn.Module, graph, fmt: str = "e4m3fn") ->
     views it (rows as the kernel tiles them), quantized per row and written back through the view
     (in place). The eager reference of `kogc check --weights fp8`. Returns the parameters changed; a
     parameter that is also read unquantized (a tied embedding) is refused: no eager module holds both."""
-    from .frontend.views import derive_step
+    from .ir.views import derive_step
     from .ir.graph import Op
     params = named_tensors(module)
     quantized = matvec_params(graph)

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from conftest import lf, tiny
-from kogc.api import INTERPRETER_TILES
+from kogc.settings import INTERPRETER_TILES
 from kogc.codegen import amd_isa
 from kogc.frontend import to_ir
 from kogc.scheduler import TileConfig, build_schedule

@@ -16,7 +16,7 @@ from kogc.frontend import to_ir
 from kogc.runtime.profile import kind_key
 from kogc.scheduler import build_schedule
 from kogc.scheduler.check import run_order
-from kogc.scheduler.tile import ESIZE
+from kogc.scheduler.config import ESIZE
 from kogc.targets import get_target
 
 META = {"model_file": MODEL_FILE, "config": "tiny", "num_programs": 4, "target": "h200", "overrides": {}}

@@ -7,7 +7,8 @@ import pytest
 import torch
 from conftest import MODEL_FILE
 
-from kogc.check import (fp16_ulp, is_near_tie, no_farther_than_eager, run_check, tie_aware_mismatches)
+from kogc.check import run_check
+from kogc.compare import fp16_ulp, is_near_tie, no_farther_than_eager, tie_aware_mismatches
 from kogc.cli import main
 
 MICRO = os.path.join(os.path.dirname(os.path.abspath(__file__)), "micro_laneformer.py")

@@ -31,7 +31,7 @@ def _compile(out, *extra):
 def _schedule_only(out, tile_config: str):
     """A build folder as `kogc compile --out` writes it, less its binary (what --diff reads of the
     second build: compiling it would cost the suite ~25 s)."""
-    from kogc.api import tile_config_for
+    from kogc.settings import tile_config_for
     from kogc.codegen.render import render
     from kogc.frontend import to_ir
     from kogc.frontend.model_file import build_model

@@ -11,7 +11,7 @@ import torch
 from conftest import MODEL_FILE, random_cache, rel_err, tiny
 
 import kogc
-from kogc.api import INTERPRETER_TILES
+from kogc.settings import INTERPRETER_TILES
 from kogc.cli import main
 from kogc.errors import KogcError
 from kogc.ir import execute

@@ -8,7 +8,7 @@ import torch
 
 import kogc
 from conftest import tiny
-from kogc.api import INTERPRETER_TILES
+from kogc.settings import INTERPRETER_TILES
 from kogc.fp8 import fake_quantize_module
 from kogc.frontend import to_ir
 from kogc.ir.executor import execute, new_state

@@ -411,7 +411,7 @@ def test_target_kind_times_apply_to_their_tile_size(graphs):
     # measured per-kind times are the model's, not the target's: the placement uses the config's kind_us
     # (None or {}: the bytes model); kogc.compile fills it from a model's shipped profile when the
     # profile's target and tile size (32 KB for laneformer-2b's) are the compile's
-    from kogc.api import tile_config_for
+    from kogc.settings import tile_config_for
     from kogc.scheduler.schedule import placement_kind_us
     from kogc.targets import MI300X
     assert not hasattr(H200, "kind_us")
@@ -440,7 +440,7 @@ def test_profiles_follow_the_weight_format(graphs):
     # groups' offset FP8 measured best with; the config's own values win; unset with no profile: the default
     import dataclasses
     import torch
-    from kogc.api import placement_profiles, tile_config_for
+    from kogc.settings import placement_profiles, tile_config_for
     from kogc.errors import KogcError
     from kogc.scheduler.config import DEFAULT_LANE_GROUP_STAGGER
     model = lf.kogc_model("laneformer-2b", device="meta", seed=None)

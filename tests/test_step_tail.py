@@ -7,7 +7,7 @@ import torch
 from conftest import tiny
 
 import kogc
-from kogc.api import INTERPRETER_TILES
+from kogc.settings import INTERPRETER_TILES
 
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="CPU interpreter path (GPU covered by test_gpu)")
 

@@ -90,7 +90,7 @@ def test_compile_fits_its_target_to_the_gpu(monkeypatch):
         kogc.api.compile(model, target="h200")
     assert seen["target"].num_programs == 342 and seen["placement"] == "parallel"
     # the register cap a launch asks for changes the programs per SM
-    assert kogc.api.device_target(H200, "cuda", max_registers=255).programs_per_unit == 2
+    assert kogc.settings.device_target(H200, "cuda", max_registers=255).programs_per_unit == 2
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda d=None: props(name="NVIDIA A100", major=8))
     with pytest.raises(KogcError, match="A100"):
         kogc.api.compile(model, target="h200")

@@ -7,7 +7,8 @@ import copy
 
 import torch
 
-from ..check import TIE_ULPS, _miss, default_max_rel_err, rel_err, stored_schedule, tie_dtype
+from ..compare import TIE_ULPS, default_max_rel_err, rel_err, tie_dtype, token_miss
+from ..runtime.kernel import stored_schedule
 from ..ir.shard import vocab_shard
 
 TOKEN = 7       # the token of the checked step
@@ -31,7 +32,7 @@ def check_step(ck, model: torch.nn.Module, context: int, device: str, mirror_of:
         ref_tok = ref.argmax()
     limit = default_max_rel_err(dtype)
     err = rel_err(logits.float().cpu(), ref)
-    miss = _miss(ref, tok, TIE_ULPS, tie_dtype(dtype))
+    miss = token_miss(ref, tok, TIE_ULPS, tie_dtype(dtype))
     return {"position": context, "rel_err": err, "limit": limit, "token": tok, "eager_token": int(ref_tok),
             "argmax_miss": miss, "ok": err <= limit and miss is None}
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..errors import KogcError
-from ..scheduler.tile import ESIZE
+from ..scheduler.config import ESIZE
 
 
 @dataclass

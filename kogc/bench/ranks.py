@@ -70,7 +70,7 @@ def run_bench_ranks(model_file: str, preset: str | None, gpus: int, one_gpu: boo
     mirror = one_gpu == "mirror"
     model = build_model(model_file, preset=preset, checkpoint=checkpoint, seed=seed, **(overrides or {}))
     options = dict(kogc_options or {})
-    from ..check import ranks_on
+    from ..runtime.distributed import ranks_on
     cfg = {"model_file": model_file, "preset": preset, "context": context, "steps": steps, "reps": reps, "gpus": gpus,
            "mirror": mirror,
            "ranks_on": f"rank 0 of {gpus} on one GPU, its peers mirrored" if mirror else ranks_on(gpus, one_gpu=one_gpu),

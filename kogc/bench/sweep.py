@@ -27,7 +27,7 @@ import time
 
 import torch
 
-from ..check import TIE_ULPS, _miss, default_max_rel_err, rel_err, tie_dtype
+from ..compare import TIE_ULPS, default_max_rel_err, rel_err, tie_dtype, token_miss
 from ..errors import KogcError
 from ..ir.shard import vocab_shard
 from .against_eager import reference_module
@@ -42,7 +42,7 @@ def parse_variants(text: str, interpret: bool, base: str | None = None) -> list[
     """--variants JSON -> [(the variant as given, its TileConfig or None, its run options)]; a
     KogcError / SchedulerError for bad JSON, a non-object, an unknown field or a bad value. `base`
     (--tile-config JSON): TileConfig fields every variant starts from."""
-    from ..api import INTERPRETER_TILES
+    from ..settings import INTERPRETER_TILES
     from ..scheduler import TileConfig
     from ..scheduler.config import tile_config_from_json
     try:
@@ -187,7 +187,7 @@ def run_sweep(model_file: str, preset: str | None, variants: str, contexts: list
             # (variants are compared with the first of their weight format: FP8 computes other values)
             ref = first.setdefault((weights, context), {"logits": logits, "token": tok, "chain": chain,
                                                         "ms": row["ms_median"]})
-            miss = _miss(e_logits, tok, TIE_ULPS, ties)
+            miss = token_miss(e_logits, tok, TIE_ULPS, ties)
             floor = bytes_per_token(ck, context + steps // 2)
             row.update(variant=v, context=context, num_programs=ck.schedule.num_programs, tasks=len(ck.schedule.tasks),
                        kernel_source_sha1=kernel_id(ck),

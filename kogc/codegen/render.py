@@ -8,8 +8,9 @@ import jinja2
 
 from ..fp8 import TRITON_TYPES
 from ..scheduler import Schedule
+from ..scheduler.config import ESIZE
 from ..scheduler.tasks import row_groups, stream_layout
-from ..scheduler.tile import ESIZE, heads_per_combine, next_pow2
+from ..scheduler.tile import heads_per_combine, next_pow2
 from ..scheduler import tasks as T
 
 KERNEL_NAME = "kogc_monokernel"

@@ -25,6 +25,7 @@ import torch
 import torch.fx as fx
 
 from ..ir.graph import Graph, Node, Op, ValueType
+from ..ir.views import derive_step, step_name
 from .aten_attention import AttentionLowering
 from .aten_rope import RopeLowering
 from .aten_values import (CASTS, DTYPE_NAMES, IGNORED, MATMUL, REORDER, SAME, Cache, Const, Norm, PosFn, Region, Scores,
@@ -32,7 +33,6 @@ from .aten_values import (CASTS, DTYPE_NAMES, IGNORED, MATMUL, REORDER, SAME, Ca
 from .builder import IRBuilder
 from .probe import PosGraph
 from .trace import user_frame
-from .views import derive_step, step_name
 
 
 def rejoins_its_source(n: fx.Node) -> bool:
@@ -80,7 +80,7 @@ class AtenLowering(IRBuilder, RopeLowering, AttentionLowering):
     # ------------------------------------------------------------------ building
     def leaf(self, c: Const, lanes: int, view: tuple = ()) -> str:
         """A PARAM for weight `c` seen through `view` (steps applied to the parameter when packing:
-        kogc.frontend.views.derive_step), with `lanes` lanes (a lane axis of one added)."""
+        kogc.ir.views.derive_step), with `lanes` lanes (a lane axis of one added)."""
         if c.name is None:
             self.fail("a weight computed inside the model (not a parameter or buffer) is not supported")
         view = tuple(c.view) + tuple(view) + ((("lane",),) if lanes else ())

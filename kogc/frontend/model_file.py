@@ -8,7 +8,7 @@ list of them, {"target": "h200", "tile_bytes": 32768, "kind_us": {task kind: mic
 task bodies `kogc bench --profile` prints), optionally with "weights" (the format they were measured
 with: "model", the default, or "fp8") and "lane_group_stagger" (the lane groups' offset that pair
 measured best with). kogc.compile places with the one of its target, tile size and weight format, for
-what the TileConfig leaves unset (kogc.api.tile_config_for); the example ships
+what the TileConfig leaves unset (kogc.settings.tile_config_for); the example ships
 examples/profiles/laneformer-2b.h200.json and .h200.fp8.json and attaches them to that preset.
 """
 from __future__ import annotations

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from ..errors import KogcError
 from ..scheduler.deps import Event
 from ..scheduler.tasks import Task, WeightTile
-from ..scheduler.tile import ESIZE
+from ..scheduler.config import ESIZE
 from ..targets import Target, get_target
 
 ARCH_DIRS = ("sm_90", "gfx942")

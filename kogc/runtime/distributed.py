@@ -14,6 +14,7 @@ import os
 import torch
 
 from ..errors import KogcError
+from ..settings import device_target, tile_config_for
 from .kernel import CompiledKernel, prompt_ids_of, weights_of
 
 
@@ -61,7 +62,6 @@ def compile_rank(module, graph, target, tile_config, num_programs, num_warps, ma
     import torch.distributed as dist
     import torch.distributed._symmetric_memory as symm_mem
 
-    from ..api import device_target, tile_config_for
     from ..scheduler.ranks import build_rank_schedules
 
     world, rank, local = int(os.environ["WORLD_SIZE"]), int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
@@ -148,3 +148,14 @@ class DistributedKernel:
 
     def memory_bytes(self) -> dict[str, int]:
         return self.kernel.memory_bytes()
+
+
+def ranks_on(gpus: int, interpret: bool = False, one_gpu: bool = False) -> str:
+    """Where G ranks ran, in words."""
+    if interpret:
+        return "one process, interpreter"
+    if one_gpu:
+        return "one process, one GPU"
+    if torch.cuda.device_count() < gpus:
+        return f"{gpus} processes sharing {torch.cuda.device_count()} GPU(s)"
+    return f"{gpus} processes, one GPU each"

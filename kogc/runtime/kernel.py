@@ -277,7 +277,7 @@ def weights_of(module: torch.nn.Module, graph: Graph, prequantized: dict | None 
     where the kernel streams it as a matvec weight, dequantized where it is read in the model's dtype
     (a tied embedding; or as its `keep` values say)."""
     from ..fp8 import matvec_params, named_tensors, same_tensor
-    from ..frontend.views import derive_step
+    from ..ir.views import derive_step
     params = named_tensors(module)
     prequantized = prequantized or {}
     unknown = sorted(set(prequantized) - set(params))
@@ -304,7 +304,7 @@ def _fp8_view(w, steps, name: str):
     """A pre-quantized weight seen through the IR's view of it: the values and each value's scale take
     the same steps; the scales must still be one per row of the view (a transposed use is refused)."""
     from ..fp8 import Fp8Weight
-    from ..frontend.views import derive_step
+    from ..ir.views import derive_step
     q = w.q.view(torch.uint8)
     s = w.scale.float()[..., None].expand(w.q.shape)
     keep = w.keep
@@ -341,7 +341,7 @@ def randomize_kv(caches: dict[str, torch.Tensor], context: int, gen: torch.Gener
 
 def fill_kv_from(ck: CompiledKernel, module: torch.nn.Module) -> None:
     """Copy the module's KV-cache buffers into the kernel's cache (same [L, kv, S, hd] layout)."""
-    from ..frontend.views import derive_step
+    from ..ir.views import derive_step
     buffers = dict(module.named_buffers())
     for n in ck.ir.nodes:
         if n.op is Op.STATE:
@@ -353,3 +353,13 @@ def fill_kv_from(ck: CompiledKernel, module: torch.nn.Module) -> None:
                 src = src[n.attrs.get("lane0", 0):n.attrs.get("lane0", 0) + lanes]
             src = src.reshape(-1)
             ck.buffers.KV[off:off + per_lane * max(lanes, 1)].copy_(src.to(ck.buffers.KV.device, ck.buffers.KV.dtype))
+
+
+def stored_schedule(ck):
+    """The schedule whose weight format a compiled kernel streams: one GPU's kernel's, or rank 0's of the ranks
+    on one GPU or of this process's rank (every rank stores its weights alike)."""
+    if hasattr(ck, "schedule"):
+        return ck.schedule
+    if hasattr(ck, "schedules"):
+        return ck.schedules[0]
+    return ck.kernel.schedule       # (kogc.runtime.distributed.DistributedKernel)

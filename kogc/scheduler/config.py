@@ -12,6 +12,16 @@ from .errors import SchedulerError
 DEFAULT_LANE_GROUP_STAGGER = 3.0   # 3 against 2: laneformer-2b FP8 -2.7%, 7b FP8 -2.2%, 2 ranks of 2b -1.2%,
                                    # 2b fp16 and 0.5b the same; 4-6 against 3: 2b fp16 +0.0 to +1.6%, 7b FP8 +4%
 
+ESIZE = {"float32": 4, "float16": 2, "bfloat16": 2}     # bytes per element of a dtype the kernel stores
+
+
+def tile_rows(N, K, es, tile_bytes) -> int:
+    """Rows of a matvec tile: the most (a power of two dividing N) whose K inputs of es bytes fit tile_bytes."""
+    rows = 1
+    while rows * 2 * K * es <= tile_bytes and N % (rows * 2) == 0:
+        rows *= 2
+    return rows
+
 
 @dataclass
 class TileConfig:
@@ -29,13 +39,13 @@ class TileConfig:
     lane_group_stagger: float | None = None   # placement: rank the upper half of the lanes this many fused ops
                                       # later: two lane groups out of phase, one streaming its MLP while the
                                       # other waits through attention (against none: laneformer-2b -4.4%).
-                                      # None: the model's shipped profile's (kogc.api.tile_config_for), else
+                                      # None: the model's shipped profile's (kogc.settings.tile_config_for), else
                                       # DEFAULT_LANE_GROUP_STAGGER (laneformer-2b FP8 ships 6: -3.0% against 3)
     place_latency_us: float = 1.0     # placement: publish-to-acquire latency between producer and consumer
     kind_us: dict | None = None       # placement cost model: measured microseconds per task of each kind
                                       # (a profile's "matvec/rmsnorm/store": 2.7, ...); others: bytes.
                                       # None: the model's shipped profile for the target, if any
-                                      # (kogc.api.tile_config_for), else bytes; {}: bytes only
+                                      # (kogc.settings.tile_config_for), else bytes; {}: bytes only
     weights: str = "model"            # how matvec weights are stored: "model" (the model's dtype) or "fp8"
                                       # (E4M3, one fp32 scale per row: kogc.fp8; half the bytes of fp16)
     attn_combine_width: int = 512     # the widest attention output per lane whose splits each output-projection

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..ir.graph import Graph, Node, Op
+from .config import ESIZE, TileConfig, tile_rows
 from .errors import SchedulerError
 
 # prologues: how a matvec forms its input vector
@@ -81,7 +82,6 @@ def _norm_input(n: Node, by: dict[str, Node]) -> tuple[str, str, float] | None:
 
 def fuse(graph: Graph, cfg=None) -> list[FusedOp]:
     """cfg (TileConfig): the tile size and weight format, which decide where a gated pair pays."""
-    from .config import TileConfig
     cfg = cfg or TileConfig()
     by = graph.by_name()
     users = graph.users()
@@ -264,7 +264,6 @@ def _paired(mul: Node, by, users, graph: Graph, cfg) -> tuple[Node, Node, Node] 
     the H200 at context 1024: Llama-3.2-1B's shapes (8192 inputs / 2 rows) 1.187 -> 1.057 ms per token
     with pairs; SmolLM2's (1536 / 8) 0.679 -> 0.669; laneformer-2b's (1024 / 16, 8 lanes) 1.444 ms with
     pairs against 1.390 (docs/design.md)."""
-    from .tile import ESIZE, tile_rows
     pair = gated_pair(mul, by, users)
     w2 = [u for u in users.get(mul.name, []) if u.op is Op.MATVEC]
     if pair is None or len(w2) != 1:

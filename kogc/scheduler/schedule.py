@@ -16,12 +16,12 @@ import numpy as np
 from ..ir.graph import Graph
 from ..targets import Target
 from .check import check_schedule, check_step_closure, prune_by_program_order
-from .config import TileConfig, attention_splits, validate, with_stagger
+from .config import ESIZE, TileConfig, attention_splits, validate, with_stagger
 from .deps import Event, derive, merge_events, order_waits_oldest_first, share_lane_events
 from .fuse import FusedOp, fuse
 from .place import bytes_model_seconds, die_edge_share, place_parallel, place_sequential
 from .tasks import NARGS, REMOTE_BIT, Exchange, Task
-from .tile import ESIZE, Layout, tile
+from .tile import Layout, tile
 
 HEADER = 4          # table row: variant, lane, publish event, number of waits, [a second event it publishes
                     # to, in schedules with shared lane events: `header`]; then args, then waits

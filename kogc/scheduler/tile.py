@@ -11,16 +11,13 @@ import struct
 from dataclasses import dataclass, field
 
 from ..ir.graph import Graph, Op
-from .config import TileConfig, attention_splits, last_split_combines
+from .config import ESIZE, TileConfig, attention_splits, last_split_combines, tile_rows
 from .errors import SchedulerError
 from .fuse import (ALL, ATTN_COMBINE, OTHERS, OWN, PLAIN, RESIDUAL, ROPE_CACHE, ROPE_STORE, SILU_MUL, STORE_ARGMAX,
                    FusedOp, is_pow2)
 from .tasks import (A_BIAS, A_CACHE, A_EPS, A_H, A_KEYS, A_OUT, A_OWN_COEF, A_RECV, A_RECV_STRIDE, A_RES_OUT, A_ROW0,
                     A_SLOT, A_TERM, A_TERM_COEF, A_TERM_SEL, A_TERM_STRIDE, A_X, A_X2, NARGS, SELECT_CODES,
                     TOKEN_KEYS, Exchange, Region, Task, WeightTile)
-
-ESIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
-
 
 def f32_bits(x: float) -> int:
     """A float as the int32 its bits spell, for the int table (the kernel bitcasts it back)."""
@@ -421,14 +418,6 @@ def _args(d: dict) -> list[int]:
     for k, v in d.items():
         a[k] = int(v)
     return a
-
-
-def tile_rows(N, K, es, tile_bytes) -> int:
-    """Rows of a matvec tile: the most (a power of two dividing N) whose K inputs fit tile_bytes."""
-    rows = 1
-    while rows * 2 * K * es <= tile_bytes and N % (rows * 2) == 0:
-        rows *= 2
-    return rows
 
 
 def _rows(N, K, es, tile_bytes, p) -> int:

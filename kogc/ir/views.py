@@ -1,5 +1,5 @@
-"""Weights and caches seen through views: how a PARAM or STATE whose attrs carry "source" and "view"
-(kogc.frontend.aten) is derived from the model's tensor when the kernel is packed or its cache filled."""
+"""Weights and caches seen through views: how a PARAM or STATE whose attrs carry "source" and "view" (set by
+kogc.frontend.aten) is derived from the model's tensor when the kernel is packed or its cache filled."""
 from __future__ import annotations
 
 import torch
