@@ -40,6 +40,35 @@ def test_greedy_generate_equals_eager_loop(setup):
     assert ck.buffers.OUT[1].item() == 6           # all 6 steps ran inside one launch
 
 
+def test_tokens_arrive_while_the_interpreted_launch_runs(setup):
+    # the interpreter runs a whole generation in one call (minutes for a real model): the launch runs in a
+    # worker thread while the caller's thread hands on each token as the kernel records it
+    import threading
+    model, ck = setup
+    prompt = [3, 141, 59, 2]
+    seen, prefill = [], []
+
+    def on_token(tok):
+        running = any(t.name == "kogc-interpreted-launch" for t in threading.enumerate())
+        seen.append((tok, running, threading.current_thread() is threading.main_thread()))
+
+    got = ck.generate(prompt, 6, on_token=on_token, on_prefill=lambda done, total: prefill.append((done, total)))
+    assert got == eager_greedy(model, prompt, 6) == [tok for tok, _, _ in seen]
+    assert all(main for _, _, main in seen)
+    assert seen[0][1], "the first token was handed on only after the launch ended"
+    assert prefill == [(1, 3), (2, 3), (3, 3)]
+
+
+def test_on_token_failing_stops_generate_after_the_launch(setup):
+    _, ck = setup
+
+    def on_token(tok):
+        raise RuntimeError("the caller's own error")
+    with pytest.raises(RuntimeError, match="the caller's own error"):
+        ck.generate([1, 2], 3, on_token=on_token)
+    assert ck.generate([1, 2], 2) == ck.generate([1, 2], 2)     # the kernel is usable after it
+
+
 def test_eos_stops_within_the_step(setup):
     model, ck = setup
     prompt = [7, 7, 8]

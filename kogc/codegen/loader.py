@@ -22,6 +22,7 @@ import time
 import types
 from collections import OrderedDict
 
+import numpy as np
 import triton
 
 from ..errors import KogcError
@@ -41,14 +42,17 @@ _last_stamp = 0
 @contextlib.contextmanager
 def interpreter(on: bool):
     """Triton reads its interpret switch when a function is decorated and again when an interpreted
-    kernel calls its helpers: hold it for both, and restore it after."""
+    kernel calls its helpers: hold it for both, and restore it after. Interpreted, numpy's warning on a
+    log of 0 is silenced: the GPU computes -inf there without a word (attention's log-sum of a split with
+    no positions, discarded by a select), and numpy would print it at every such split."""
     knobs = triton.knobs.runtime
     before = knobs.interpret
     knobs.interpret = on
     if on:
         install_interpret_once()
     try:
-        yield
+        with np.errstate(divide="ignore") if on else contextlib.nullcontext():
+            yield
     finally:
         knobs.interpret = before
 

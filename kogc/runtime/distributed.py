@@ -128,9 +128,10 @@ class DistributedKernel:
         CompiledKernel.check_generate(self, prompt, max_new_tokens, temperature, top_k, top_p, seed, eos)
 
     def generate(self, prompt_ids, max_new_tokens: int, temperature: float = 0.0, top_k=None, top_p=None,
-                 seed: int | None = None, eos_token_id: int | None = None, on_token=None) -> list[int]:
+                 seed: int | None = None, eos_token_id: int | None = None, on_token=None,
+                 on_prefill=None) -> list[int]:
         """Every rank generates in one launch, in lockstep (the same seed on every rank: rank 0's);
-        tokens stream from rank 0 (`on_token` is called there only)."""
+        tokens stream from rank 0 (`on_token` and `on_prefill` are called there only)."""
         import torch.distributed as dist
         prompt_ids = prompt_ids_of(prompt_ids)
         self.check_generate(prompt_ids, max_new_tokens, temperature, top_k, top_p, seed, eos_token_id)
@@ -141,7 +142,8 @@ class DistributedKernel:
         k = self.kernel
         k.vocab = self.vocab       # (the prompt, EOS and filters are over the whole vocabulary)
         return k.generate(prompt_ids, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
-                          eos_token_id=eos_token_id, on_token=on_token if self.rank == 0 else None)
+                          eos_token_id=eos_token_id, on_token=on_token if self.rank == 0 else None,
+                          on_prefill=on_prefill if self.rank == 0 else None)
 
     def reset(self) -> None:
         self.kernel.reset()

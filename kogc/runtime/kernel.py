@@ -4,6 +4,7 @@ from __future__ import annotations
 import contextlib
 import numbers
 import os
+import threading
 import time
 
 import torch
@@ -171,7 +172,7 @@ class CompiledKernel:
 
     def generate(self, prompt_ids, max_new_tokens: int, temperature: float = 0.0, top_k: int | None = None,
                  top_p: float | None = None, seed: int | None = None, eos_token_id: int | None = None,
-                 on_token=None) -> list[int]:
+                 on_token=None, on_prefill=None) -> list[int]:
         """Prefill `prompt_ids` (one launch per prompt token but the last), then produce up to
         `max_new_tokens` tokens in ONE launch: LM head, sampling and the EOS test run on the GPU and
         each step starts from the token the previous one sampled. Returns the new ids (ending with
@@ -181,34 +182,40 @@ class CompiledKernel:
         restricted to the top_k largest logits and then to the top_p nucleus if given. The same
         `seed` gives the same tokens (Philox keyed by seed and step); None draws one (self.last_seed).
 
-        `on_token(token)` is called for every new token: on a GPU while the kernel runs (it writes them
-        to pinned host memory, which the host polls); under the interpreter after the launch."""
+        `on_token(token)` is called for every new token as the kernel produces it: on a GPU it writes them
+        to pinned host memory, which the host polls; under the interpreter the launch runs in a worker
+        thread while this one watches the token record. `on_prefill(done, total)` is called after each
+        prefill launch (under the interpreter each takes seconds)."""
         prompt = prompt_ids_of(prompt_ids)
         self.check_generate(prompt, max_new_tokens, temperature, top_k, top_p, seed, eos_token_id)
         self.schedule.check_step_closure()     # proved once per schedule
         for pos, tok in enumerate(prompt[:-1]):
             self.launch(tok, pos)
+            if on_prefill is not None:
+                on_prefill(pos + 1, len(prompt) - 1)
         streamed = on_token is not None and self.device.type == "cuda"
+        watched = on_token is not None and not streamed
         out_buf = self._host_out() if streamed else self.buffers.OUT
         out_buf[:4].zero_()
         epoch0 = self.epoch + 1
         if seed is None:
             seed = int.from_bytes(os.urandom(4), "little") & 0x7FFFFFFF
         self.last_seed = seed
-        self.launch(prompt[-1], len(prompt) - 1, nsteps=max_new_tokens,
-                    eos=-1 if eos_token_id is None else int(eos_token_id), seed=seed, temperature=temperature,
-                    top_k=top_k or 0, top_p=1.0 if top_p is None else top_p, out=out_buf, host_poll=streamed)
-        if streamed:
-            self._poll_tokens(out_buf, on_token)
+        def launch():
+            self.launch(prompt[-1], len(prompt) - 1, nsteps=max_new_tokens,
+                        eos=-1 if eos_token_id is None else int(eos_token_id), seed=seed, temperature=temperature,
+                        top_k=top_k or 0, top_p=1.0 if top_p is None else top_p, out=out_buf, host_poll=streamed)
+        if watched:
+            _run_watched(launch, out_buf, on_token)
+        else:
+            launch()
+            if streamed:
+                self._poll_tokens(out_buf, on_token)
         self.raise_if_stuck()
         out = out_buf.tolist()
         done = out[1]
         self.epoch = epoch0 + done - 1       # counters advanced only for the steps that ran
-        tokens = out[4:4 + done]
-        if on_token is not None and not streamed:
-            for t in tokens:
-                on_token(t)
-        return tokens
+        return out[4:4 + done]
 
     def _host_out(self) -> torch.Tensor:
         """The token record in pinned host memory, written by the kernel through the mapping."""
@@ -353,6 +360,37 @@ def fill_kv_from(ck: CompiledKernel, module: torch.nn.Module) -> None:
                 src = src[n.attrs.get("lane0", 0):n.attrs.get("lane0", 0) + lanes]
             src = src.reshape(-1)
             ck.buffers.KV[off:off + per_lane * max(lanes, 1)].copy_(src.to(ck.buffers.KV.device, ck.buffers.KV.dtype))
+
+
+def _run_watched(launch, out_buf: torch.Tensor, on_token) -> None:
+    """launch() (a whole generation under the interpreter: minutes for a real model) in a worker thread,
+    while this thread hands on each token as the interpreted kernel records it in `out_buf` (its count at
+    [1], the tokens from [4]), then the rest once it ends. A launch that raises raises here; so does
+    on_token, once the launch has ended (it writes the buffers until then)."""
+    failed = []
+
+    def work():
+        try:
+            launch()
+        except BaseException as e:     # handed to the caller's thread
+            failed.append(e)
+    worker = threading.Thread(target=work, name="kogc-interpreted-launch", daemon=True)
+    worker.start()
+    seen = 0
+    try:
+        while True:
+            worker.join(0.05)
+            n = int(out_buf[1])
+            while seen < n:
+                on_token(int(out_buf[4 + seen]))
+                seen += 1
+            if not worker.is_alive():
+                break
+    except Exception:
+        worker.join()
+        raise
+    if failed:
+        raise failed[0]
 
 
 def stored_schedule(ck):

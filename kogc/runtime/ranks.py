@@ -172,7 +172,7 @@ class RankedKernel:
 
     def generate(self, prompt_ids, max_new_tokens: int, temperature: float = 0.0, top_k: int | None = None,
                  top_p: float | None = None, seed: int | None = None, eos_token_id: int | None = None,
-                 on_token=None) -> list[int]:
+                 on_token=None, on_prefill=None) -> list[int]:
         """As CompiledKernel.generate: on a GPU the new tokens in ONE launch per rank, every rank in
         lockstep choosing the same token; under the interpreter one step at a time (the same tokens:
         the noise is keyed by step). With top-k / top-p every rank gathers the whole logits (each
@@ -188,6 +188,8 @@ class RankedKernel:
         eos = -1 if eos_token_id is None else int(eos_token_id)
         for pos, tok in enumerate(prompt[:-1]):
             self._run(tok, pos)
+            if on_prefill is not None:
+                on_prefill(pos + 1, len(prompt) - 1)
         if self.interpret:
             out, tok = [], prompt[-1]
             for i in range(max_new_tokens):
