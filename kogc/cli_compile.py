@@ -12,6 +12,15 @@ from .errors import KogcError
 
 
 def cmd_compile(args) -> int:
+    from .scheduler.schedule import without_cycle_collection
+    # the schedule's millions of small objects live to the end of the command: with the cycle collector on,
+    # writing and compiling after the build walked them again at every full collection (laneformer-7b:
+    # 4.3 of 37 s; no cycles among them, and the command's peak memory the same without it)
+    with without_cycle_collection():
+        return _compile(args)
+
+
+def _compile(args) -> int:
     from .frontend import to_ir
     from .frontend.model_file import build_for_tracing
     from .ir import to_json, to_text
