@@ -44,7 +44,8 @@ def _parser() -> argparse.ArgumentParser:
                        description="Trace the model of MODEL_FILE, lower it, and print a stage (--emit) "
                                    "or write the kernel and its reports (--out).")
     model_args(c, None)
-    c.add_argument("--target", required=True, help="h200 | mi300x")
+    c.add_argument("--target", help="h200 | h100 | mi300x (default: the GPU at hand's kind: mi300x on a ROCm "
+                                    "build of PyTorch, else h200)")
     c.add_argument("--emit", choices=EMITS, help="print this stage to stdout")
     c.add_argument("--out", help="write the compiled kernel, schedule and report to this directory")
     c.add_argument("--per-variant", action="store_true",

@@ -26,8 +26,9 @@ def _compile(args) -> int:
     from .ir import to_json, to_text
     from .targets import get_target
 
+    from .settings import default_target
     try:
-        target = get_target(args.target)
+        target = get_target(args.target or default_target())
     except KeyError as e:
         return fail(e.args[0])
     if not args.emit and not args.out:
@@ -47,9 +48,9 @@ def _compile(args) -> int:
         print_progress(2, total, f"lowered to IR: {len(graph.nodes)} nodes", t0)
         print(to_json(graph) if args.emit == "ir-json" else to_text(graph, sources=True))
         return 0
-    from .settings import tile_config_for
     from .codegen.render import render
     from .scheduler import SchedulerError, build_schedule
+    from .settings import tile_config_for
     print_progress(2, total, f"IR has {len(graph.nodes)} nodes; scheduling for {target.name}", t0)
     cfg = tile_config_for(model, target, parse_tile_config(args.tile_config), weights=args.weights)
     if args.gpus != 1:

@@ -87,9 +87,9 @@ PLAIN_BODIES = ("note: bodies of a plain profile; the model was fitted with a de
 def cmd_predict(args) -> int:
     from .analysis.ranks import predict
     from .analysis.stream import StreamParams
-    from .settings import tile_config_for
     from .frontend import to_ir
     from .frontend.model_file import build_for_tracing
+    from .settings import tile_config_for
     from .targets import get_target
     try:
         target = get_target(args.target)

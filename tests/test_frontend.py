@@ -90,10 +90,16 @@ def test_cli_ir_json(capsys):
     (["--target", "h200", "--config", "tiny", "--out", MODEL_FILE], "a file is there, not a folder"),
     (["--target", "h200", "--checkpoint", os.path.dirname(os.path.abspath(__file__)), "--emit", "ir"],
      "no config.json there"),
+    (["--emit", "ir"], "give --config PRESET (its presets: tiny, laneformer-2b"),
 ])
 def test_cli_bad_input_exit_2(capsys, argv, needle):
     code, out, err = run_cli(capsys, "compile", MODEL_FILE, *argv)
     assert code == 2 and needle in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_cli_compiles_for_the_gpu_at_hands_kind_without_target(capsys):
+    code, out, err = run_cli(capsys, "compile", MODEL_FILE, "--config", "tiny", "--emit", "schedule")
+    assert code == 0 and out.startswith("target h200 (sm_90)")
 
 
 def test_cli_file_without_model(capsys, tmp_path):

@@ -85,7 +85,8 @@ def build_model(path: str | None, preset: str | None = None, checkpoint: str | N
     presets = getattr(module, "PRESETS", None)
     if checkpoint is None:
         if preset is None:
-            raise ModelFileError(f"{path}: give --config PRESET or --checkpoint DIR")
+            known = f" (its presets: {', '.join(presets)})" if presets else ""
+            raise ModelFileError(f"{path}: give --config PRESET{known} or --checkpoint DIR")
         if presets is not None and preset not in presets:
             raise ModelFileError(f"unknown preset {preset!r} for {path}; known: {', '.join(presets)}")
     elif not os.path.isdir(checkpoint):
