@@ -29,6 +29,20 @@ def _tile_json(args) -> str | None:
     return json.dumps({**fields, "weights": args.weights})
 
 
+def _versions() -> str:
+    """kogc's version and the two it runs on (the GPU machine has torch 2.11; Triton is pinned)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from . import __version__
+
+    def of(name):
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return "not installed"
+    return f"kogc {__version__} (torch {of('torch')}, triton {of('triton')})"
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse with kogc's one-line errors: `kogc: error: ...`, exit code 2."""
 
@@ -39,6 +53,7 @@ class _Parser(argparse.ArgumentParser):
 def _parser() -> argparse.ArgumentParser:
     from .cli_ranks import gpus_args
     p = _Parser(prog="kogc", description="Compile a PyTorch decoder into one persistent GPU kernel.")
+    p.add_argument("--version", action="version", version=_versions())
     sub = p.add_subparsers(dest="command", required=True)
     c = sub.add_parser("compile", help="compile a model file for a target",
                        description="Trace the model of MODEL_FILE, lower it, and print a stage (--emit) "

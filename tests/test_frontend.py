@@ -97,6 +97,16 @@ def test_cli_bad_input_exit_2(capsys, argv, needle):
     assert code == 2 and needle in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
 
 
+def test_cli_version(capsys):
+    import triton
+
+    import kogc
+    with pytest.raises(SystemExit) as e:
+        main(["--version"])
+    out = capsys.readouterr().out
+    assert e.value.code == 0 and out.startswith(f"kogc {kogc.__version__} (torch ") and f"triton {triton.__version__}" in out
+
+
 def test_cli_compiles_for_the_gpu_at_hands_kind_without_target(capsys):
     code, out, err = run_cli(capsys, "compile", MODEL_FILE, "--config", "tiny", "--emit", "schedule")
     assert code == 0 and out.startswith("target h200 (sm_90)")
