@@ -23,11 +23,10 @@ DPI = 100
 def require_matplotlib(what: str):
     """matplotlib, or a KogcError naming what needs it and how to install it."""
     try:
-        import matplotlib  # noqa: F401
-        from matplotlib.figure import Figure  # noqa: F401
+        import matplotlib
+        import matplotlib.figure      # (what the figures are drawn on: a partial install fails here)
     except ImportError:
         raise KogcError(f"{what} needs matplotlib: pip install 'kogc[inspect]'") from None
-    import matplotlib
     return matplotlib
 
 
