@@ -47,56 +47,77 @@ def pack_weights(schedule: Schedule, weights: dict, device) -> tuple[torch.Tenso
     (TileConfig.weights): each tile's values, then its rows' fp32 scales (kogc.scheduler.tasks.stream_layout),
     quantized here from the model's weights, or taken as they are from pre-quantized ones (kogc.fp8.Fp8Weight).
 
-    Built on the host and copied once, so the device holds only the packed copy."""
+    Built on the host and copied once, so the device holds only the packed copy. The tiles are formed a whole
+    weight (one lane's) at a time, in the stream's order, then each copied to its place: one copy a tile
+    rather than a slice, a reorder and a copy (laneformer-2b has 124k tiles)."""
     fp8 = schedule.tile_config.weights == "fp8"
     dtype = FORMATS[schedule.weight_format] if fp8 else TORCH_DTYPES[schedule.dtype]
-    per_prog = schedule.weight_elems_per_program()
-    offsets = np.concatenate([[0], np.cumsum(per_prog)]).astype(np.int64)
+    offsets = np.concatenate([[0], np.cumsum(schedule.weight_elems_per_program())]).astype(np.int64)
     stream = torch.zeros(int(offsets[-1]) + 16, dtype=torch.uint8 if fp8 else dtype)
-    host = {}
+    at_of, by_weight = {}, {}     # where each tile goes; the tiles of one weight of one lane, by shape
     for p, q in enumerate(schedule.queues):
         at = int(offsets[p])
         for tid in q:
             w = schedule.tasks[tid].weight
-            if w is None:
-                continue
-            for name in filter(None, (w.param, w.up)):
-                if name not in host:
-                    host[name] = _host_weight(weights[name], schedule) if fp8 else weights[name].detach().to("cpu", dtype)
-            src = [host[w.param]] + ([host[w.up]] if w.up else [])
-            values = _rows_of([s[0] for s in src] if fp8 else src, w)
-            groups = row_groups(w.rows, w.cols, schedule.weight_esize, schedule.target)
-            values = order_rows(values, groups, schedule.target)
-            stream[at:at + w.numel] = values.reshape(-1)
-            if fp8:
-                soff, _ = stream_layout(w.rows, w.cols, 1, True)
-                stream[at + soff:at + soff + 4 * w.rows] = _rows_of([s[1] for s in src], w).contiguous().view(torch.uint8)
-            at += w.stream_elems
+            if w is not None:
+                at_of[tid] = at
+                by_weight.setdefault((w.param, w.up, w.lane, w.rows, w.cols), []).append(tid)
+                at += w.stream_elems
+    host = {}
+    for tids in by_weight.values():
+        w = schedule.tasks[tids[0]].weight
+        for name in filter(None, (w.param, w.up)):
+            if name not in host:
+                host[name] = _host_weight(weights[name], schedule) if fp8 else weights[name].detach().to("cpu", dtype)
+        tiles = _tiles_of([host[w.param]] + ([host[w.up]] if w.up else []), w, schedule, fp8)
+        per_source = w.rows // (2 if w.up else 1)
+        for tid in tids:
+            t = schedule.tasks[tid].weight
+            stream[at_of[tid]:at_of[tid] + t.stream_elems] = tiles[t.row0 // per_source]
     if fp8:
         stream = stream.view(dtype)
     return stream.to(device), torch.tensor(offsets, dtype=torch.int64, device=device)
 
 
+def _tiles_of(src: list, w, schedule: Schedule, fp8: bool) -> torch.Tensor:
+    """Every tile of w's shape that w's weight (one lane's; a gated pair's two, rows alternating) cuts into,
+    [tiles, stream elements], each as the stream holds it: rows in the kernel's order (order_rows), then for
+    FP8 the rows' scales as bytes at the tile's scale offset. Tile k holds rows k r .. k r + r of each source
+    (r: the tile's rows per source)."""
+    r = w.rows // len(src)
+
+    def blocks(ts):        # [tiles, rows, ...]: each source's lane cut into blocks of r rows, pairs alternating
+        parts = [(t[w.lane] if w.lane >= 0 else t) for t in ts]
+        parts = [t.reshape(t.shape[0] // r, r, *t.shape[1:]) for t in parts]
+        return parts[0] if len(parts) == 1 else torch.stack(parts, 2).reshape(parts[0].shape[0], w.rows,
+                                                                              *parts[0].shape[2:])
+    values = blocks([s[0] for s in src] if fp8 else src)
+    groups = row_groups(w.rows, w.cols, schedule.weight_esize, schedule.target)
+    values = order_rows(values, groups, schedule.target).reshape(values.shape[0], -1)
+    if not fp8:
+        return values
+    soff, length = stream_layout(w.rows, w.cols, 1, True)
+    tiles = torch.zeros(values.shape[0], length, dtype=torch.uint8)
+    tiles[:, :values.shape[1]] = values
+    tiles[:, soff:soff + 4 * w.rows] = blocks([s[1] for s in src]).contiguous().view(torch.uint8)
+    return tiles
+
+
 def order_rows(values: torch.Tensor, groups: int, target) -> torch.Tensor:
-    """A tile [rows, cols] in the stream's order for `groups` row groups S
+    """A tile [rows, cols] (or tiles [..., rows, cols]) in the stream's order for `groups` row groups S
     (kogc.scheduler.tasks.row_groups), for a flat load of 16 bytes (V elements of the tile's type) a thread: thread
     u of group s holds rows (rows / S) s + b at columns c u + V a + j (c = cols / threads a group) in its
     load A b + a, i.e. element ((rows / S) s + b, c u + V a + j) at V T (A b + a) + V ((T / S) s + u) + j
     for T threads."""
     if groups == 1:
         return values
-    rows, cols = values.shape
+    *lead, rows, cols = values.shape
     per_load = 16 // values.element_size()
     per_group = target.num_warps * target.warp_size // groups
     chunks = cols // (per_group * per_load)
-    return values.reshape(groups, rows // groups, per_group, chunks, per_load).permute(1, 3, 0, 2, 4).contiguous()
-
-
-def _rows_of(ts: list[torch.Tensor], w) -> torch.Tensor:
-    """The tile's rows of a weight (or of its per-row scales): its lane's, rows row0 .. row0 + rows; of a
-    gated pair's two weights ts (w.up), rows row0 .. row0 + rows / 2 of each, alternating."""
-    parts = [(t[w.lane] if w.lane >= 0 else t)[w.row0:w.row0 + w.rows // len(ts)] for t in ts]
-    return parts[0] if len(parts) == 1 else torch.stack(parts, 1).reshape(w.rows, *parts[0].shape[1:])
+    n = len(lead)
+    out = values.reshape(*lead, groups, rows // groups, per_group, chunks, per_load)
+    return out.permute(*range(n), n + 1, n + 3, n, n + 2, n + 4).contiguous().reshape(*lead, rows, cols)
 
 
 def _host_weight(w, schedule: Schedule) -> tuple[torch.Tensor, torch.Tensor]:
