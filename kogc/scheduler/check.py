@@ -71,22 +71,29 @@ def _simulate(tasks: list[Task], events: list[Event], queues: list[list[int]], p
     while runnable:
         p = runnable.pop()
         q = queues[p]
+        vc = vc_prog[p]         # the program's clock, advanced in place task by task
         while head[p] < len(q):
             t = tasks[q[head[p]]]
-            blocked = next(((g, n) for g, n in t.waits if count[g] < n), None)
-            if blocked is not None:
-                parked.setdefault(blocked[0], []).append(p)
-                break
-            vc = vc_prog[p].copy()
-            kept = []
+            blocked = None
             for g, n in t.waits:
-                if prune and (need_vec[g] <= vc).all():
-                    dropped += 1
-                    continue
-                kept.append((g, n))
-                np.maximum(vc, vc_event[g], out=vc)
+                if count[g] < n:
+                    blocked = g
+                    break
+            if blocked is not None:
+                parked.setdefault(blocked, []).append(p)
+                break
             if prune:
+                kept = []
+                for g, n in t.waits:
+                    if (need_vec[g] <= vc).all():
+                        dropped += 1
+                    else:
+                        kept.append((g, n))
+                        np.maximum(vc, vc_event[g], out=vc)
                 t.waits = kept
+            else:
+                for g, _ in t.waits:
+                    np.maximum(vc, vc_event[g], out=vc)
             bad = uncovered(t, vc)
             if bad is not None:
                 raise SchedulerError(
@@ -94,7 +101,6 @@ def _simulate(tasks: list[Task], events: list[Event], queues: list[list[int]], p
                         f"({tasks[bad].op}, lane {tasks[bad].lane}) on program {prog[bad]} writes, but no wait "
                         f"orders them (waits: {[events[g].name for g, _ in t.waits]})")
             vc[p] = head[p] + 1
-            vc_prog[p] = vc
             head[p] += 1
             if order is not None:
                 order.append(t.id)
