@@ -300,3 +300,14 @@ def test_which_fp8_tiles_are_streamed_in_row_groups():
     assert row_groups(64, 512, 1, H200) == 1 and row_groups(128, 256, 1, H200) == 1   # a row is one warp's
     assert row_groups(2, 2048, 1, H200) == 1 and row_groups(12, 2048, 1, H200) == 1   # rows per warp
     assert row_groups(16, 2048, 1, MI300X) == 1    # not measured on AMD: rows as they are
+
+
+def test_prequantized_weight_through_a_folded_scale():
+    # a constant folded into a weight (kogc.frontend.aten.scale_param: Granite's multipliers) scales a
+    # pre-quantized weight's row scales, exactly, and leaves its FP8 values as given
+    from kogc.fp8 import quantize
+    from kogc.runtime.kernel import _fp8_view
+    w = quantize(torch.randn(8, 16))
+    v = _fp8_view(w, [["scale", 0.22], ["lane"]], "w")
+    assert torch.equal(v.q.view(torch.uint8), w.q.view(torch.uint8)[None])
+    assert torch.equal(v.scale, w.scale[None] * 0.22)

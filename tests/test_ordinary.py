@@ -282,6 +282,47 @@ def test_norms_per_head_equal_eager():
     assert_equals_eager(tiny_llama(qk_norm=True, head_dim=32), kernel_at=(), steps=4)
 
 
+@pytest.mark.parametrize("tied", [False, True])
+def test_constant_scales_fold_into_weights(tied):
+    # Granite: attention scaled by attention_multiplier (not 1/sqrt(head_dim)), the embedding by
+    # embedding_multiplier, each sublayer's output by residual_multiplier, the logits divided by
+    # logits_scaling: each constant folded into the weights that produce the scaled value (the query
+    # projection's rows, the table, Wo's and W2's rows, the LM head's rows), so the kernel is the plain
+    # one; the kernel at step 1 and with FP8 weights, of those scaled weights
+    from kogc.fp8 import fake_quantize
+    from kogc.ir import execute
+    from kogc.ir.executor import new_state
+    from kogc.runtime.kernel import weights_of
+    model = hf_model("GraniteForCausalLM", attention_multiplier=0.05, embedding_multiplier=12.0, residual_multiplier=0.22,
+                     logits_scaling=8.0, tie_word_embeddings=tied)
+    ck = assert_equals_eager(model, kernel_at=(1,), steps=3)
+    assert not any(n.op.value == "scale" for n in ck.ir.nodes)
+    views = [n.attrs.get("view", []) for n in ck.ir.nodes if n.op.value == "param"]
+    assert sum(any(s[0] == "scale" for s in v) for v in views) == 2 * 3 + 2     # q, Wo, W2 per layer; table, head
+    step = kogc.frontend.decode_step(model)
+    fp8 = kogc.compile(step, weights="fp8")
+    quantized = {t.weight.param for t in fp8.schedule.tasks if t.weight}
+    ref = {k: fake_quantize(v) if k in quantized else v for k, v in weights_of(step, fp8.ir).items()}
+    logits, nxt = fp8.step(5, 0)
+    (want, want_next), _ = execute(fp8.ir, ref, new_state(fp8.ir), [5, 0])
+    assert rel_err(logits, want) < 1e-5 and nxt == int(want_next)
+
+
+def test_attention_scale_folds_into_a_per_head_norm():
+    # q normed per head after its projection (Qwen3), attention scaled by 0.05: the factor goes into the
+    # norm's scale, after the normalisation (into the projection it would be normed away)
+    model = hf_model("Qwen3ForCausalLM", head_dim=32)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "q_norm" in name or "k_norm" in name:
+                p.normal_(1.0, 0.3)
+    for layer in model.model.layers:
+        layer.self_attn.scaling = 0.05
+    ck = assert_equals_eager(model, kernel_at=(1,), steps=2)
+    scaled = [n.attrs["name"] for n in ck.ir.nodes if n.op.value == "param" and "scale" in str(n.attrs.get("view"))]
+    assert len(scaled) == 2 and all("q_norm" in name for name in scaled), scaled
+
+
 def test_transformers_checkpoint_directory(tmp_path, capsys):
     from kogc.cli import main
     model = hf_model("LlamaForCausalLM", seed=5)
@@ -347,7 +388,7 @@ def test_run_with_a_compensated_fp8_head(tmp_path, capsys, monkeypatch):
 class OneLayer(torch.nn.Module):
     """One attention layer with each idiom replaceable, for the errors."""
 
-    def __init__(self, act=F.silu, mask="causal", scale=None, repeat="interleave", norm="rms"):
+    def __init__(self, act=F.silu, mask="causal", scale=None, repeat="interleave", norm="rms", query="linear"):
         super().__init__()
         self.emb = torch.nn.Embedding(32, 16)
         self.q, self.k, self.v = (torch.nn.Linear(16, 16, bias=False) for _ in range(3))
@@ -356,11 +397,12 @@ class OneLayer(torch.nn.Module):
         self.register_buffer("kc", torch.zeros(1, 2, 8, 4))
         self.register_buffer("vc", torch.zeros(1, 2, 8, 4))
         self.act, self.mask, self.scale, self.repeat, self.norm = act, mask, scale, repeat, norm
+        self.query = query
 
     def forward(self, token, pos):
         x = self.emb(token.reshape(1, 1))
         x = self.ln(x) if self.norm == "layer" else x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5)
-        q = self.q(x).view(1, 1, 4, 4).transpose(1, 2)
+        q = (self.q(x) if self.query == "linear" else x).view(1, 1, 4, 4).transpose(1, 2)
         k = self.k(x).view(1, 1, 4, 4)[:, :, :2].transpose(1, 2)
         v = self.v(x).view(1, 1, 4, 4)[:, :, 2:].transpose(1, 2)
         self.kc[:, :, pos.reshape(1)] = k
@@ -377,7 +419,7 @@ class OneLayer(torch.nn.Module):
 @pytest.mark.parametrize("kwargs,needle", [
     (dict(mask=None), "needs a causal mask"),
     (dict(mask="is_causal"), "is_causal=True"),
-    (dict(scale=0.3), "scaled by 0.3"),
+    (dict(scale=0.3, query="input"), "scaled by 0.3"),     # (of a projection's output, it is folded into it)
     (dict(repeat="tile"), "KV heads repeated in order"),
     (dict(norm="layer"), "aten.layer_norm"),
     (dict(act=F.gelu), "aten.gelu"),

@@ -19,6 +19,7 @@ ATen op and the user's source line.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import torch
@@ -312,6 +313,43 @@ class AtenLowering(IRBuilder, RopeLowering, AttentionLowering):
         view = tuple(tuple(s) for s in p.attrs.get("view", []) if s[0] != "lane") + ((step,) if step else ())
         return self.leaf(self.param_const(p), lanes, view)
 
+    def folded_scale(self, x: fx.Node, factor: float) -> str | None:
+        """x * factor where x is read by nothing else, as a weight's view instead of an op: a linear layer's
+        output scaled (Granite's residual_multiplier on each sublayer, its logits_scaling on the LM head)
+        is the layer with its rows and bias scaled, a scaled embedding (its embedding_multiplier) the table
+        scaled. None where it does not apply (the scale stays an op)."""
+        node = self.by_name(self.vec(x))
+        if len(x.users) != 1:
+            return None
+        if node.op is Op.BROADCAST_LANES and self.by_name(node.inputs[0]).op is Op.EMBED:
+            weights = [self.by_name(node.inputs[0]).inputs[0]]
+        elif node.op in (Op.MATVEC, Op.EMBED):
+            weights = [node.inputs[0]] + (list(node.inputs[2:]) if node.op is Op.MATVEC else [])
+        else:
+            return None
+        users = {}
+        for n in self.nodes:
+            for i in n.inputs:
+                users[i] = users.get(i, 0) + 1
+        if any(users.get(w, 0) != 1 for w in weights):
+            return None
+        for w in weights:
+            self.scale_param(w, factor)
+        return node.name
+
+    def scale_param(self, ir: str, factor: float) -> None:
+        """PARAM `ir` seen through one more view step, a constant factor (before its lane axis): the node is
+        replaced in place (its users keep its value's name), and the leaf it was is forgotten."""
+        i, p = next((i, x) for i, x in enumerate(self.nodes) if x.name == ir)
+        view = [tuple(s) for s in p.attrs.get("view", [])]
+        lane = [s for s in view if s[0] == "lane"]
+        view = [s for s in view if s[0] != "lane"] + [("scale", factor)] + lane
+        source = p.attrs.get("source", p.attrs["name"])
+        attrs = {**p.attrs, "name": source + "".join(f"#{step_name(s)}" for s in view), "source": source,
+                 "view": [list(s) for s in view]}
+        self.nodes[i] = dataclasses.replace(p, attrs=attrs)
+        self.leaves = {k: v for k, v in self.leaves.items() if v != ir}
+
     def param_const(self, w: Node) -> Const:
         src = w.attrs.get("source", w.attrs["name"])
         return Const(self.tensor_of(src), src)
@@ -358,7 +396,9 @@ class AtenLowering(IRBuilder, RopeLowering, AttentionLowering):
             x, c = (a, kb) if isinstance(kb, (int, float)) else (b, ka)
             if div and x is not a:
                 self.fail("dividing a constant by an activation is not supported")
-            return Vec(self.emit(Op.SCALE, [self.vec(x)], {"factor": 1.0 / c if div else float(c)}, hint="scale"))
+            factor = 1.0 / c if div else float(c)
+            return Vec(self.folded_scale(x, factor) or self.emit(Op.SCALE, [self.vec(x)], {"factor": factor},
+                                                                  hint="scale"))
         if isinstance(ka, PosFn) or isinstance(kb, PosFn):
             return self.region(n)
         if div:

@@ -103,9 +103,32 @@ class AttentionLowering:
             if not is_causal_at(allowed, p):
                 self.fail(f"the attention mask at position {p} is not causal (positions 0..{p} of the cache)")
 
-    def check_scale(self, scale: float, hd: int):
-        if abs(scale * math.sqrt(hd) - 1.0) > 1e-5:
-            self.fail(f"attention scaled by {scale}: only 1/sqrt(head_dim) = {1 / math.sqrt(hd):.6g} is supported")
+    def check_scale(self, q: str, scale: float, hd: int) -> None:
+        """The kernel's attention scales by 1/sqrt(head_dim); another scale (Granite's attention_multiplier)
+        is folded into the query: into the rows of the projection that makes it (and its bias), or into the
+        per-head norm's scale after it, the last linear step before RoPE, a rotation."""
+        factor = scale * math.sqrt(hd)
+        if abs(factor - 1.0) <= 1e-5:
+            return
+        node = self.by_name(q)
+        before = self.by_name(node.inputs[0]) if node.op is Op.ROPE else node
+        if before.op is Op.MATVEC:
+            weights = [before.inputs[0]] + list(before.inputs[2:])      # the projection's rows and bias
+        elif before.op is Op.MUL and self.by_name(before.inputs[1]).op is Op.PARAM:
+            weights = [before.inputs[1]]                                 # a per-head norm's scale
+        else:
+            self.fail(f"attention scaled by {scale} (not 1/sqrt(head_dim) = {1 / math.sqrt(hd):.6g}): kogc folds "
+                      f"the factor into the query's projection, and this query is not one's output")
+        users = {}
+        for n in self.nodes:
+            for i in n.inputs:
+                users[i] = users.get(i, 0) + 1
+        inner = [before.name] if before.name != q else []      # (the query itself: attention is not emitted yet)
+        if users.get(q, 0) or any(users.get(x, 0) != 1 for x in inner + weights):
+            self.fail(f"attention scaled by {scale}: kogc folds the factor into the query's projection, which "
+                      f"here feeds more than the attention")
+        for w in weights:
+            self.scale_param(w, factor)
 
     def attention(self, q: str, k: Cache, v: Cache) -> Vec:
         return Vec(self.emit(Op.ATTENTION, [q, k.ir, v.ir, self.pos_ir], hint="attn"))
@@ -132,7 +155,7 @@ class AttentionLowering:
         self.check_mask(a.get("attn_mask"), "bool" if meta(a.get("attn_mask")) is not None and
                         meta(a["attn_mask"]).dtype == torch.bool else "additive")
         if a.get("scale") is not None:
-            self.check_scale(a["scale"], hd)
+            self.check_scale(q, a["scale"], hd)
         return self.attention(q, k, v)
 
     def written_attention(self, n: fx.Node):
@@ -166,7 +189,7 @@ class AttentionLowering:
         if t in MATMUL and s.probs and isinstance(k[1], Cache):
             self.heads(k[1], self.types[s.q].shape[0] // s.k.hd, False)
             self.check_mask(s.mask[0] if s.mask else None, s.mask[1] if s.mask else "")
-            self.check_scale(s.scale, s.k.hd)
+            self.check_scale(s.q, s.scale, s.k.hd)
             return self.attention(s.q, s.k, k[1])
         self.fail(f"unsupported op {op_name(n)} on attention scores")
 

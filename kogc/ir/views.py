@@ -27,6 +27,8 @@ def derive_step(t: torch.Tensor, step) -> torch.Tensor:
         return t.reshape(-1)
     if kind == "lane":
         return t.unsqueeze(0)
+    if kind == "scale":         # a constant folded into a weight (kogc.frontend.aten.scale_param), in fp32
+        return (t.float() * step[1]).to(t.dtype)
     raise ValueError(f"unknown weight view step {step!r}")
 
 

@@ -316,6 +316,10 @@ def _fp8_view(w, steps, name: str):
     s = w.scale.float()[..., None].expand(w.q.shape)
     keep = w.keep
     for step in steps:
+        if step[0] == "scale":      # a constant folded into the weight: into its scales, exactly as given
+            s = s * step[1]
+            keep = None if keep is None else derive_step(keep, step)
+            continue
         q, s = derive_step(q, step), derive_step(s, step)
         keep = None if keep is None else derive_step(keep, step)
     if q.dim() < 2 or not torch.equal(s.amax(-1), s.amin(-1)):
