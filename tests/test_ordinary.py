@@ -231,6 +231,21 @@ def test_transformers_llama_is_the_model_files_kernel():
     assert compiled[0] == compiled[1]
 
 
+def assert_fp8_kernel_equals_its_weights(model):
+    """The model's FP8 kernel at step 0 against the IR on the same quantized weights (fp32, 1e-5)."""
+    from kogc.fp8 import fake_quantize
+    from kogc.ir import execute
+    from kogc.ir.executor import new_state
+    from kogc.runtime.kernel import weights_of
+    step = kogc.frontend.decode_step(model)
+    fp8 = kogc.compile(step, weights="fp8")
+    quantized = {t.weight.param for t in fp8.schedule.tasks if t.weight}
+    ref = {k: fake_quantize(v) if k in quantized else v for k, v in weights_of(step, fp8.ir).items()}
+    logits, nxt = fp8.step(5, 0)
+    (want, want_next), _ = execute(fp8.ir, ref, new_state(fp8.ir), [5, 0])
+    assert rel_err(logits, want) < 1e-5 and nxt == int(want_next)
+
+
 def test_biases_equal_eager():
     # Llama with every linear layer biased (attention_bias, mlp_bias): Q/K/V add theirs before RoPE and
     # the cache write, Wo and W2 store their rows for a residual task, W1/W3 are stored (no gated pair):
@@ -247,31 +262,26 @@ def test_biases_equal_eager():
     ck = assert_equals_eager(model, kernel_at=(1,), steps=2)
     assert sum(v[-1] == "bias" for v in ck.schedule.variants) == 6
     assert sum(op.kind == "residual" for op in ck.schedule.ops) == 4
-    # FP8 weights: each row's sum times its scale, then the (unquantized) bias
-    from kogc.fp8 import fake_quantize
-    from kogc.ir import execute
-    from kogc.ir.executor import new_state
-    from kogc.runtime.kernel import weights_of
-    step = kogc.frontend.decode_step(model)
-    fp8 = kogc.compile(step, weights="fp8")
-    quantized = {t.weight.param for t in fp8.schedule.tasks if t.weight}
-    ref = {k: fake_quantize(v) if k in quantized else v for k, v in weights_of(step, fp8.ir).items()}
-    logits, nxt = fp8.step(5, 0)
-    (want, want_next), _ = execute(fp8.ir, ref, new_state(fp8.ir), [5, 0])
-    assert rel_err(logits, want) < 1e-5 and nxt == int(want_next)
+    assert_fp8_kernel_equals_its_weights(model)     # each row's sum times its scale, then the (unquantized) bias
     assert_equals_eager(biased(hf_model("Qwen2ForCausalLM", tie_word_embeddings=True)), kernel_at=(), steps=4)
     assert_equals_eager(tiny_llama(qkv_bias=True), kernel_at=(), steps=4)
+
+
+def qwen3_with_head_norms():
+    """Qwen3's shapes with heads of 32 and random per-head norm scales (transformers starts them at 1)."""
+    model = hf_model("Qwen3ForCausalLM", head_dim=32)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "q_norm" in name or "k_norm" in name:
+                p.normal_(1.0, 0.3)
+    return model
 
 
 def test_norms_per_head_equal_eager():
     # Qwen3: q and k normed per head (its own scales, random here) before rotate-half RoPE, heads of 32
     # wider than the model's 96 / 6: a task per lane's q or k after the projection (the kernel at step 1);
     # the single-file form (complex RoPE, the norm written out) through the IR
-    model = hf_model("Qwen3ForCausalLM", head_dim=32)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "q_norm" in name or "k_norm" in name:
-                p.normal_(1.0, 0.3)
+    model = qwen3_with_head_norms()
     ck = assert_equals_eager(model, kernel_at=(1,), steps=2)
     assert sorted(v[:3] for v in ck.schedule.variants if v[0] == "head_norm") == [("head_norm", 2, 32), ("head_norm", 6, 32)]
     # (kogc analyze's phases: the normed projections and the norms in QKV, not W1/W3 by their kind)
@@ -289,33 +299,19 @@ def test_constant_scales_fold_into_weights(tied):
     # logits_scaling: each constant folded into the weights that produce the scaled value (the query
     # projection's rows, the table, Wo's and W2's rows, the LM head's rows), so the kernel is the plain
     # one; the kernel at step 1 and with FP8 weights, of those scaled weights
-    from kogc.fp8 import fake_quantize
-    from kogc.ir import execute
-    from kogc.ir.executor import new_state
-    from kogc.runtime.kernel import weights_of
     model = hf_model("GraniteForCausalLM", attention_multiplier=0.05, embedding_multiplier=12.0, residual_multiplier=0.22,
                      logits_scaling=8.0, tie_word_embeddings=tied)
     ck = assert_equals_eager(model, kernel_at=(1,), steps=3)
     assert not any(n.op.value == "scale" for n in ck.ir.nodes)
     views = [n.attrs.get("view", []) for n in ck.ir.nodes if n.op.value == "param"]
     assert sum(any(s[0] == "scale" for s in v) for v in views) == 2 * 3 + 2     # q, Wo, W2 per layer; table, head
-    step = kogc.frontend.decode_step(model)
-    fp8 = kogc.compile(step, weights="fp8")
-    quantized = {t.weight.param for t in fp8.schedule.tasks if t.weight}
-    ref = {k: fake_quantize(v) if k in quantized else v for k, v in weights_of(step, fp8.ir).items()}
-    logits, nxt = fp8.step(5, 0)
-    (want, want_next), _ = execute(fp8.ir, ref, new_state(fp8.ir), [5, 0])
-    assert rel_err(logits, want) < 1e-5 and nxt == int(want_next)
+    assert_fp8_kernel_equals_its_weights(model)
 
 
 def test_attention_scale_folds_into_a_per_head_norm():
     # q normed per head after its projection (Qwen3), attention scaled by 0.05: the factor goes into the
     # norm's scale, after the normalisation (into the projection it would be normed away)
-    model = hf_model("Qwen3ForCausalLM", head_dim=32)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "q_norm" in name or "k_norm" in name:
-                p.normal_(1.0, 0.3)
+    model = qwen3_with_head_norms()
     for layer in model.model.layers:
         layer.self_attn.scaling = 0.05
     ck = assert_equals_eager(model, kernel_at=(1,), steps=2)
