@@ -319,7 +319,10 @@ class AtenLowering(IRBuilder, RopeLowering, AttentionLowering):
         is the layer with its rows and bias scaled, a scaled embedding (its embedding_multiplier) the table
         scaled. None where it does not apply (the scale stays an op)."""
         node = self.by_name(self.vec(x))
-        if len(x.users) != 1:
+        # every name the model has for the value (casts and views pass it on) read once, and nothing in the IR
+        # reading it yet: no other reader sees it scaled
+        names = [f for f, v in self.env.items() if isinstance(v, Vec) and v.ir == node.name]
+        if any(len(f.users) != 1 for f in names):
             return None
         if node.op is Op.BROADCAST_LANES and self.by_name(node.inputs[0]).op is Op.EMBED:
             weights = [self.by_name(node.inputs[0]).inputs[0]]
@@ -327,15 +330,20 @@ class AtenLowering(IRBuilder, RopeLowering, AttentionLowering):
             weights = [node.inputs[0]] + (list(node.inputs[2:]) if node.op is Op.MATVEC else [])
         else:
             return None
-        users = {}
-        for n in self.nodes:
-            for i in n.inputs:
-                users[i] = users.get(i, 0) + 1
-        if any(users.get(w, 0) != 1 for w in weights):
+        uses = self.use_counts()
+        if uses.get(node.name, 0) or any(uses.get(w, 0) != 1 for w in weights):
             return None
         for w in weights:
             self.scale_param(w, factor)
         return node.name
+
+    def use_counts(self) -> dict[str, int]:
+        """How many inputs of the IR built so far name each value."""
+        uses: dict[str, int] = {}
+        for n in self.nodes:
+            for i in n.inputs:
+                uses[i] = uses.get(i, 0) + 1
+        return uses
 
     def scale_param(self, ir: str, factor: float) -> None:
         """PARAM `ir` seen through one more view step, a constant factor (before its lane axis): the node is

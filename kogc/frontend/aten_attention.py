@@ -119,12 +119,10 @@ class AttentionLowering:
         else:
             self.fail(f"attention scaled by {scale} (not 1/sqrt(head_dim) = {1 / math.sqrt(hd):.6g}): kogc folds "
                       f"the factor into the query's projection, and this query is not one's output")
-        users = {}
-        for n in self.nodes:
-            for i in n.inputs:
-                users[i] = users.get(i, 0) + 1
+        uses = self.use_counts()
         inner = [before.name] if before.name != q else []      # (the query itself: attention is not emitted yet)
-        if users.get(q, 0) or any(users.get(x, 0) != 1 for x in inner + weights):
+        read_twice = any(len(f.users) != 1 for f, v in self.env.items() if isinstance(v, Vec) and v.ir == q)
+        if read_twice or uses.get(q, 0) or any(uses.get(x, 0) != 1 for x in inner + weights):
             self.fail(f"attention scaled by {scale}: kogc folds the factor into the query's projection, which "
                       f"here feeds more than the attention")
         for w in weights:
