@@ -24,9 +24,9 @@ def _compile(args) -> int:
     from .frontend import to_ir
     from .frontend.model_file import build_for_tracing
     from .ir import to_json, to_text
+    from .settings import default_target
     from .targets import get_target
 
-    from .settings import default_target
     try:
         target = get_target(args.target or default_target())
     except KeyError as e:

@@ -26,7 +26,7 @@ import torch
 import torch.fx as fx
 
 from ..ir.graph import Graph, Node, Op, ValueType
-from ..ir.views import derive_step, step_name
+from ..ir.views import derive_step, view_name
 from .aten_attention import AttentionLowering
 from .aten_rope import RopeLowering
 from .aten_values import (CASTS, DTYPE_NAMES, IGNORED, MATMUL, REORDER, SAME, Cache, Const, Norm, PosFn, Region, Scores,
@@ -94,7 +94,7 @@ class AtenLowering(IRBuilder, RopeLowering, AttentionLowering):
             if dtype is None:
                 self.fail(f"{c.name} has unsupported dtype {t.dtype}")
             shape = tuple(t.shape[1:]) if lanes else tuple(t.shape)
-            attrs = {"name": c.name + "".join(f"#{step_name(s)}" for s in view)}
+            attrs = {"name": view_name(c.name, view)}
             if view:
                 attrs.update(source=c.name, view=[list(s) for s in view])
             saved, self.scope = self.scope, c.name.rsplit(".", 1)[0]
@@ -353,8 +353,7 @@ class AtenLowering(IRBuilder, RopeLowering, AttentionLowering):
         lane = [s for s in view if s[0] == "lane"]
         view = [s for s in view if s[0] != "lane"] + [("scale", factor)] + lane
         source = p.attrs.get("source", p.attrs["name"])
-        attrs = {**p.attrs, "name": source + "".join(f"#{step_name(s)}" for s in view), "source": source,
-                 "view": [list(s) for s in view]}
+        attrs = {**p.attrs, "name": view_name(source, view), "source": source, "view": [list(s) for s in view]}
         self.nodes[i] = dataclasses.replace(p, attrs=attrs)
         self.leaves = {k: v for k, v in self.leaves.items() if v != ir}
 

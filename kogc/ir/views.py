@@ -34,3 +34,8 @@ def derive_step(t: torch.Tensor, step) -> torch.Tensor:
 
 def step_name(step) -> str:
     return "-".join(str(s) for s in step)
+
+
+def view_name(source: str, view) -> str:
+    """A PARAM's name: its parameter's, then each view step's (`wq.weight#rows-0-64#lane`)."""
+    return source + "".join(f"#{step_name(s)}" for s in view)

@@ -201,6 +201,7 @@ class CompiledKernel:
         if seed is None:
             seed = int.from_bytes(os.urandom(4), "little") & 0x7FFFFFFF
         self.last_seed = seed
+
         def launch():
             self.launch(prompt[-1], len(prompt) - 1, nsteps=max_new_tokens,
                         eos=-1 if eos_token_id is None else int(eos_token_id), seed=seed, temperature=temperature,
@@ -210,7 +211,9 @@ class CompiledKernel:
         else:
             launch()
             if streamed:
-                self._poll_tokens(out_buf, on_token)
+                done = torch.cuda.Event()
+                done.record()
+                _hand_on_tokens(out_buf, on_token, lambda: not done.query(), 50e-6)
         self.raise_if_stuck()
         out = out_buf.tolist()
         done = out[1]
@@ -222,22 +225,6 @@ class CompiledKernel:
         if getattr(self, "_pinned_out", None) is None:
             self._pinned_out = torch.zeros(self.buffers.OUT.numel(), dtype=torch.int32, pin_memory=True)
         return self._pinned_out
-
-    @staticmethod
-    def _poll_tokens(out_buf: torch.Tensor, on_token) -> None:
-        done = torch.cuda.Event()
-        done.record()
-        view = out_buf.numpy()
-        seen = 0
-        while True:
-            finished = done.query()
-            n = int(view[1])
-            while seen < n:
-                on_token(int(view[4 + seen]))
-                seen += 1
-            if finished:
-                break
-            time.sleep(50e-6)
 
     def check_generate(self, prompt, max_new_tokens, temperature, top_k, top_p, seed, eos) -> None:
         """Refuse, before anything launches, what `generate` cannot do (KogcError naming it)."""
@@ -366,11 +353,27 @@ def fill_kv_from(ck: CompiledKernel, module: torch.nn.Module) -> None:
             ck.buffers.KV[off:off + per_lane * max(lanes, 1)].copy_(src.to(ck.buffers.KV.device, ck.buffers.KV.dtype))
 
 
+def _hand_on_tokens(out_buf: torch.Tensor, on_token, running, every: float) -> None:
+    """Call on_token for each token as the kernel records it in `out_buf` (its count at [1], the tokens from
+    [4]; host memory the kernel writes while it runs), polling every `every` seconds while running(), then
+    the rest once it has stopped."""
+    view = out_buf.numpy()
+    seen = 0
+    while True:
+        finished = not running()
+        n = int(view[1])
+        while seen < n:
+            on_token(int(view[4 + seen]))
+            seen += 1
+        if finished:
+            return
+        time.sleep(every)
+
+
 def _run_watched(launch, out_buf: torch.Tensor, on_token) -> None:
     """launch() (a whole generation under the interpreter: minutes for a real model) in a worker thread,
-    while this thread hands on each token as the interpreted kernel records it in `out_buf` (its count at
-    [1], the tokens from [4]), then the rest once it ends. A launch that raises raises here; so does
-    on_token, once the launch has ended (it writes the buffers until then)."""
+    while this thread hands on each token as the interpreted kernel records it. A launch that raises raises
+    here; so does on_token, once the launch has ended (it writes the buffers until then)."""
     failed = []
 
     def work():
@@ -380,16 +383,8 @@ def _run_watched(launch, out_buf: torch.Tensor, on_token) -> None:
             failed.append(e)
     worker = threading.Thread(target=work, name="kogc-interpreted-launch", daemon=True)
     worker.start()
-    seen = 0
     try:
-        while True:
-            worker.join(0.05)
-            n = int(out_buf[1])
-            while seen < n:
-                on_token(int(out_buf[4 + seen]))
-                seen += 1
-            if not worker.is_alive():
-                break
+        _hand_on_tokens(out_buf, on_token, worker.is_alive, 0.05)
     except Exception:
         worker.join()
         raise
