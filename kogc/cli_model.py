@@ -52,7 +52,7 @@ def model_args(p: argparse.ArgumentParser, default_config: str | None) -> None:
     p.add_argument("--checkpoint", help="a directory with config.json and *.safetensors (instead of --config): "
                                         "the model file's format, or, without a model file, a transformers model")
     p.add_argument("--model-dir", metavar="DIR",
-                   help="a transformers causal LM (Llama, Mistral, Qwen2, Qwen3, SmolLM2, ...): a directory with config.json and "
+                   help="a transformers causal LM (Llama, Mistral, Qwen2, Qwen3, Gemma, SmolLM2, ...): a directory with config.json and "
                         "*.safetensors, or one .gguf file; needs pip install 'kogc[hf]'")
     p.add_argument("--max-len", type=positive_int, metavar="N",
                    help="positions of the static KV cache: a transformers model's (default min(4096, its maximum)), or "

@@ -319,6 +319,37 @@ def test_attention_scale_folds_into_a_per_head_norm():
     assert len(scaled) == 2 and all("q_norm" in name for name in scaled), scaled
 
 
+@pytest.mark.parametrize("pairs", [False, True])
+def test_gemma_equals_eager(pairs):
+    # Gemma: the MLP gated by GELU's tanh approximation, norms scaling by (1 + weight) (a view step of the
+    # weight; drawn at random here, zeros at init), the embedding scaled by a buffer of sqrt(hidden) (folded
+    # into the table, which the LM head also reads unscaled); W2 forming act(gate) * up itself, or gated
+    # pairs storing it; also with FP8 weights
+    from kogc.scheduler import TileConfig
+    model = hf_model("GemmaForCausalLM", head_dim=16, hidden_activation="gelu_pytorch_tanh")
+    for name, p in model.named_parameters():
+        if "norm" in name:
+            p.normal_(0, 0.3, generator=torch.Generator().manual_seed(len(name)))
+    ck = assert_equals_eager(model, kernel_at=(1,), steps=2, tile_config=TileConfig(mlp_pair_inputs=0) if pairs else None)
+    kinds = {t.kind_key for t in ck.schedule.tasks}
+    assert ("matvec/rmsnorm/gelu_tanh_mul" if pairs else "matvec/gelu_tanh_mul/residual") in kinds, kinds
+    views = [str(n.attrs.get("view")) for n in ck.ir.nodes if n.op.value == "param"]
+    assert sum("offset" in v for v in views) == 2 * 2 + 1 and sum("scale" in v for v in views) == 1
+    assert not any(n.op.value == "scale" for n in ck.ir.nodes)
+    if not pairs:
+        assert_fp8_kernel_equals_its_weights(model)
+
+
+@pytest.mark.parametrize("pairs", [False, True])
+def test_erf_gelu_mlp_equals_eager(pairs):
+    # Llama's MLP gated by GELU (erf's, hidden_act="gelu"): act(gate) * up formed by W2 or by gated pairs
+    from kogc.scheduler import TileConfig
+    model = hf_model("LlamaForCausalLM", hidden_act="gelu")
+    ck = assert_equals_eager(model, kernel_at=(1,), steps=2, tile_config=TileConfig(mlp_pair_inputs=0) if pairs else None)
+    kinds = {t.kind_key for t in ck.schedule.tasks}
+    assert ("matvec/rmsnorm/gelu_mul" if pairs else "matvec/gelu_mul/residual") in kinds, kinds
+
+
 def test_transformers_checkpoint_directory(tmp_path, capsys):
     from kogc.cli import main
     model = hf_model("LlamaForCausalLM", seed=5)
@@ -418,7 +449,7 @@ class OneLayer(torch.nn.Module):
     (dict(scale=0.3, query="input"), "scaled by 0.3"),     # (of a projection's output, it is folded into it)
     (dict(repeat="tile"), "KV heads repeated in order"),
     (dict(norm="layer"), "aten.layer_norm"),
-    (dict(act=F.gelu), "aten.gelu"),
+    (dict(act=F.relu), "aten.relu"),
 ])
 def test_unsupported_idiom_is_one_line_with_the_source_line(kwargs, needle):
     with pytest.raises(FrontendError) as e:
@@ -438,11 +469,11 @@ def test_lm_head_bias_is_one_line_with_the_source_line():
 
 def test_unsupported_idiom_exit_2_from_the_cli(tmp_path, capsys):
     from kogc.cli import main
-    f = tmp_path / "gelu.py"
+    f = tmp_path / "relu.py"
     f.write_text(f"import sys; sys.path.insert(0, {os.path.dirname(__file__)!r})\n"
                  "import torch.nn.functional as F\nfrom test_ordinary import OneLayer\n"
                  "def kogc_model(preset=None, checkpoint=None, device='cpu', dtype=None, seed=0):\n"
-                 "    return OneLayer(act=F.gelu)\n")
+                 "    return OneLayer(act=F.relu)\n")
     code = main(["compile", str(f), "--config", "x", "--target", "h200", "--emit", "ir"])
     err = capsys.readouterr().err
-    assert code == 2 and "aten.gelu" in err and len(err.strip().splitlines()) == 1
+    assert code == 2 and "aten.relu" in err and len(err.strip().splitlines()) == 1

@@ -18,12 +18,14 @@ import numpy as np
 
 from ..errors import KogcError
 from ..runtime.profile import kind_key
+from ..scheduler.fuse import GATED_KINDS
 
 # task kind (profile.kind_key) -> the phase of a layer it belongs to
 PHASE_OF = {"matvec/rmsnorm/rope_store": "QKV", "matvec/rmsnorm/rope_cache": "QKV", "matvec/rmsnorm/cache": "QKV",
             "attention": "attention", "matvec/attn_combine/residual": "Wo", "matvec/attn_combine/store": "Wo",
-            "matvec/rmsnorm/store": "W1/W3", "matvec/rmsnorm/silu_mul": "W1/W3",
-            "matvec/silu_mul/residual": "W2", "matvec/silu_mul/store": "W2",
+            "matvec/rmsnorm/store": "W1/W3",
+            **{f"matvec/rmsnorm/{g}": "W1/W3" for g in GATED_KINDS},
+            **{f"matvec/{g}/{e}": "W2" for g in GATED_KINDS for e in ("residual", "store")},
             "matvec/plain/residual": "W2", "matvec/plain/store": "W2", "head_norm": "QKV"}
 PHASES = ("QKV", "attention", "Wo", "W1/W3", "W2")
 TAIL_KINDS = ("final_norm", "matvec/plain/store_argmax", "argmax")   # the step's end

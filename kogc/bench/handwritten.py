@@ -14,6 +14,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from ..scheduler.fuse import GATED_KINDS
+
 
 @dataclass(frozen=True)
 class Shapes:
@@ -26,24 +28,25 @@ class Shapes:
     vocab: int
     qkv_bias: bool = False   # Q, K and V with a bias (Qwen2)
     qk_norm: bool = False    # q and k normed per head before RoPE (Qwen3)
+    act: str = "silu"        # the gated MLP's activation: silu, gelu or gelu_tanh (Gemma)
 
 
 def shapes_of(schedule) -> Shapes:
     """The model's sizes from its scheduled fused ops (whatever wrote the model: the IR is the same)."""
     att = [op for op in schedule.ops if op.kind == "attention"]
-    # the MLP's width: W1/W3 pairs' rows, or W2's inputs where it forms silu(gate) * up itself
-    mlp = [op.p["n"] for op in schedule.ops if op.kind == "matvec" and op.p["epilogue"] == "silu_mul"] or \
-        [op.p["k"] for op in schedule.ops if op.kind == "matvec" and op.p["prologue"] == "silu_mul"]
+    # the MLP's width (and its gated kind): W1/W3 pairs' rows, or W2's inputs where it forms act(gate) * up itself
+    mlp = [(op.p["n"], op.p["epilogue"]) for op in schedule.ops if op.kind == "matvec" and op.p["epilogue"] in GATED_KINDS] or \
+        [(op.p["k"], op.p["prologue"]) for op in schedule.ops if op.kind == "matvec" and op.p["prologue"] in GATED_KINDS]
     head = [op for op in schedule.ops if op.kind == "matvec" and op.p["epilogue"] == "store_argmax"]
     emb = [op for op in schedule.ops if op.kind == "embed"]
     if not (att and mlp and head and emb):
-        raise ValueError("a hand-written step needs attention, a SiLU MLP, an LM head and an embedding")
+        raise ValueError("a hand-written step needs attention, a gated MLP, an LM head and an embedding")
     a = att[0]
     lanes = max(a.lanes, 1)
     return Shapes(hidden=head[0].p["k"], layers=len(att), heads=a.p["kv_heads"] * a.p["group"] * lanes,
-                  kv_heads=a.p["kv_heads"] * lanes, head_dim=a.p["head_dim"], ffn=mlp[0] * lanes,
+                  kv_heads=a.p["kv_heads"] * lanes, head_dim=a.p["head_dim"], ffn=mlp[0][0] * lanes,
                   vocab=head[0].p["n"], qkv_bias=any(op.kind == "matvec" and op.p["bias"] for op in schedule.ops),
-                  qk_norm=any(op.kind == "head_norm" for op in schedule.ops))
+                  qk_norm=any(op.kind == "head_norm" for op in schedule.ops), act=mlp[0][1].removesuffix("_mul"))
 
 
 def shapes_of_config(cfg) -> Shapes:
@@ -82,6 +85,7 @@ def step_fn(s: Shapes, context: int, device: str, seed: int = 0, world: int = 1,
     tok = torch.zeros(1, dtype=torch.long, device=device)
     pos = torch.tensor([context], device=device)
     reduce = all_reduce or (lambda t, op="sum": None)
+    act = {"silu": F.silu, "gelu": F.gelu, "gelu_tanh": lambda t: F.gelu(t, approximate="tanh")}[s.act]
 
     def step():
         x = emb[tok]
@@ -99,7 +103,7 @@ def step_fn(s: Shapes, context: int, device: str, seed: int = 0, world: int = 1,
             x = x + a
             h = F.rms_norm(x, (D,), ones)
             g, u = (h @ w13[i].t()).chunk(2, -1)
-            m = (F.silu(g) * u) @ w2[i].t()
+            m = (act(g) * u) @ w2[i].t()
             reduce(m)
             x = x + m
         lg = F.rms_norm(x, (D,), ones) @ head.t()

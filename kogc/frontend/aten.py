@@ -215,6 +215,9 @@ class AtenLowering(IRBuilder, RopeLowering, AttentionLowering):
             if n.target is aten.t.default or (n.target is aten.transpose.int and value.dim() == 2) or \
                     (n.target is aten.permute.default and list(n.args[1]) == [1, 0]):
                 return Const(value, src.name, src.view + (("t",),))
+            if n.target in (aten.add.Tensor, aten.add.Scalar) and isinstance(n.args[1], (int, float)) and \
+                    n.kwargs.get("alpha", 1) == 1:      # Gemma's norms scale by (1 + weight)
+                return Const(value, src.name, src.view + (("offset", float(n.args[1])),))
         return Const(value)
 
     def token_op(self, n: fx.Node):
@@ -256,6 +259,10 @@ class AtenLowering(IRBuilder, RopeLowering, AttentionLowering):
             return self.add(n)
         if t is aten.silu.default:
             return Vec(self.emit(Op.SILU, [self.vec(n.args[0])], hint="silu"))
+        if t is aten.gelu.default:
+            approx = n.kwargs.get("approximate", n.args[1] if len(n.args) > 1 else "none")
+            op = Op.GELU_TANH if approx == "tanh" else Op.GELU
+            return Vec(self.emit(op, [self.vec(n.args[0])], hint=op.value))
         if t is aten.neg.default:
             return Vec(self.emit(Op.SCALE, [self.vec(n.args[0])], {"factor": -1.0}, hint="scale"))
         if t is aten.argmax.default:
@@ -399,6 +406,8 @@ class AtenLowering(IRBuilder, RopeLowering, AttentionLowering):
         a, b = n.args[:2]
         div = n.target in (aten.div.Tensor, aten.div.Scalar)
         ka, kb = self.env.get(a) if isinstance(a, fx.Node) else a, self.env.get(b) if isinstance(b, fx.Node) else b
+        # a one-element tensor (Gemma's embed_scale buffer, a torch.tensor made in forward) is a constant factor
+        ka, kb = (float(k.tensor) if isinstance(k, Const) and k.tensor.numel() == 1 else k for k in (ka, kb))
         if isinstance(kb, (int, float)) or isinstance(ka, (int, float)):
             x, c = (a, kb) if isinstance(kb, (int, float)) else (b, ka)
             if div and x is not a:
@@ -413,8 +422,6 @@ class AtenLowering(IRBuilder, RopeLowering, AttentionLowering):
         if isinstance(ka, Const) or isinstance(kb, Const):
             x, w = (b, ka) if isinstance(ka, Const) else (a, kb)
             xv = self.vec(x)
-            if w.tensor.numel() == 1 and w.name is None:
-                return Vec(self.emit(Op.SCALE, [xv], {"factor": float(w.tensor)}, hint="scale"))
             width, per = self.types[xv].shape[0], w.tensor.numel()
             tiled = tuple(squeezed(w.tensor.shape)) == (per,) and per != width and width % per == 0 and \
                 meta(x).shape[-1] == per       # a per-head scale on a [heads, head_dim] view (Qwen3's q_norm)

@@ -41,10 +41,15 @@ class DecodeStep(nn.Module):
                                  f"positions) is not supported; pass max_len <= {window}")
         # a window at least as long as the cache never bites: the step runs the plain causal path (the
         # sliding-window cache and mask of transformers capture as a mask fixed at one position)
-        self.no_window = bool(window)
-        if self.no_window:
+        # (where the model names each layer's kind, as Gemma 3 does, its windowed layers keep their window, no
+        # shorter than the cache: their mask is the causal one, and the cache's layers are all full ones)
+        layered = bool(getattr(config, "layer_types", None))
+        self.no_window = bool(window) and not layered
+        if window:
             config = copy.copy(config)
             config.sliding_window = None
+            if layered:
+                config.layer_types = ["full_attention"] * len(config.layer_types)
         # (transformers 5 names the cache argument `cache`; earlier versions `past_key_values`)
         self.cache_arg = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
         param = next(model.parameters())

@@ -111,6 +111,8 @@ RUNNERS: dict[Op, Callable] = {
     Op.MUL: _binary(torch.mul), Op.ADD: _binary(torch.add), Op.SUB: _binary(torch.sub),
     Op.SCALE: lambda n, a, t: a[0] * n.attrs["factor"],
     Op.SILU: lambda n, a, t: torch.nn.functional.silu(a[0]),
+    Op.GELU: lambda n, a, t: torch.nn.functional.gelu(a[0]),
+    Op.GELU_TANH: lambda n, a, t: torch.nn.functional.gelu(a[0], approximate="tanh"),
     Op.MATVEC: _matvec,
     Op.ROPE: _rope,
     Op.KV_WRITE: _kv_write,

@@ -26,6 +26,8 @@ class Op(enum.Enum):
     SUB = "sub"
     SCALE = "scale"                  # x * constant; attrs: factor
     SILU = "silu"
+    GELU = "gelu"                    # erf's GELU (torch's approximate="none")
+    GELU_TANH = "gelu_tanh"          # tanh's approximation (approximate="tanh": Gemma's gelu_pytorch_tanh)
     MATVEC = "matvec"                # (W [N, K], x [K][, bias [N]]) -> [N], per lane when W is lane-batched
     ROPE = "rope"                    # interleaved pairs; (x [n*hd], pos); attrs: head_dim, theta
     KV_WRITE = "kv_write"            # (cache [kv, S, hd], x [kv*hd], pos) -> the cache, row pos written

@@ -29,6 +29,8 @@ def derive_step(t: torch.Tensor, step) -> torch.Tensor:
         return t.unsqueeze(0)
     if kind == "scale":         # a constant folded into a weight (kogc.frontend.aten.scale_param), in fp32
         return (t.float() * step[1]).to(t.dtype)
+    if kind == "offset":        # a constant added to a weight (Gemma's norm scale 1 + w), in fp32
+        return (t.float() + step[1]).to(t.dtype)
     raise ValueError(f"unknown weight view step {step!r}")
 
 

@@ -14,10 +14,14 @@ from ..ir.graph import Graph, Node, Op
 from .config import ESIZE, TileConfig, tile_rows
 from .errors import SchedulerError
 
-# prologues: how a matvec forms its input vector
-PLAIN, RMSNORM, SILU_MUL, ATTN_COMBINE = "plain", "rmsnorm", "silu_mul", "attn_combine"
-# epilogues: what it does with its result rows (SILU_MUL: rows come in (gate, up) pairs of two weights
-# on the same input; it stores silu(gate) * up, the gated MLP's activation)
+# prologues: how a matvec forms its input vector (a gated kind: act(gate) * up of two stored vectors)
+PLAIN, RMSNORM, ATTN_COMBINE = "plain", "rmsnorm", "attn_combine"
+# the gated MLP's activation act(gate) * up, one kind per act: a prologue, or an epilogue whose rows come in
+# (gate, up) pairs of two weights on the same input and which stores the product
+SILU_MUL, GELU_MUL, GELU_TANH_MUL = "silu_mul", "gelu_mul", "gelu_tanh_mul"
+GATED = {Op.SILU: SILU_MUL, Op.GELU: GELU_MUL, Op.GELU_TANH: GELU_TANH_MUL}
+GATED_KINDS = frozenset(GATED.values())
+# epilogues: what it does with its result rows (or a gated kind)
 STORE, ROPE_STORE, ROPE_CACHE, CACHE, RESIDUAL, STORE_ARGMAX = (
     "store", "rope_store", "rope_cache", "cache", "residual", "store_argmax")
 # lane selectors of a residual term: this lane's, the other lanes' sum, all lanes' sum
@@ -189,12 +193,12 @@ def _matvec(n: Node, by, users, order, take, residual_done, paired) -> FusedOp:
         p.update(prologue=RMSNORM, x=norm[0], g=norm[1], eps=norm[2])
         take(x.name, *x.inputs)
     elif paired(x) is not None:
-        p.update(prologue=PLAIN, x=x.name)      # silu(gate) * up, stored by the gated pair's tasks
-    elif x.op is Op.MUL and {by[i].op for i in x.inputs} >= {Op.SILU}:
-        silu = next(by[i] for i in x.inputs if by[i].op is Op.SILU)
-        other = next(i for i in x.inputs if i != silu.name)
-        p.update(prologue=SILU_MUL, x=silu.inputs[0], x2=other)
-        take(x.name, silu.name)
+        p.update(prologue=PLAIN, x=x.name)      # act(gate) * up, stored by the gated pair's tasks
+    elif x.op is Op.MUL and any(by[i].op in GATED for i in x.inputs):
+        act = next(by[i] for i in x.inputs if by[i].op in GATED)
+        other = next(i for i in x.inputs if i != act.name)
+        p.update(prologue=GATED[act.op], x=act.inputs[0], x2=other)
+        take(x.name, act.name)
     elif x.op is Op.ATTENTION:
         p.update(prologue=ATTN_COMBINE, x=x.name)
     else:
@@ -203,9 +207,9 @@ def _matvec(n: Node, by, users, order, take, residual_done, paired) -> FusedOp:
     us = users[n.name]
     pair = _pair_of(n, users, paired)
     if pair is not None:
-        gate, up, silu, mul = pair
-        take(gate.name, up.name, silu.name, mul.name)
-        p.update(w=gate.inputs[0], w2=up.inputs[0], epilogue=SILU_MUL, out=mul.name)
+        gate, up, act, mul = pair
+        take(gate.name, up.name, act.name, mul.name)
+        p.update(w=gate.inputs[0], w2=up.inputs[0], epilogue=GATED[act.op], out=mul.name)
     elif len(us) == 1 and us[0].op is Op.ROPE:
         rope = us[0]
         take(rope.name)
@@ -239,15 +243,15 @@ def _matvec(n: Node, by, users, order, take, residual_done, paired) -> FusedOp:
 
 
 def gated_pair(mul: Node, by, users) -> tuple[Node, Node, Node] | None:
-    """mul = silu(gate) * up with gate and up matvecs of the same input and shape, each used only
-    there: (gate, up, silu). One task then multiplies a row of each and stores the product (the
+    """mul = act(gate) * up (act: SiLU or GELU) with gate and up matvecs of the same input and shape, each
+    used only there: (gate, up, act). One task then multiplies a row of each and stores the product (the
     activation W2 reads) instead of storing both and W2 recomputing it in every task."""
     if mul.op is not Op.MUL:
         return None
     a, b = (by[i] for i in mul.inputs)
-    if b.op is Op.SILU:
+    if b.op in GATED:
         a, b = b, a
-    if a.op is not Op.SILU or b.op is not Op.MATVEC or by[a.inputs[0]].op is not Op.MATVEC:
+    if a.op not in GATED or b.op is not Op.MATVEC or by[a.inputs[0]].op is not Op.MATVEC:
         return None
     gate, up = by[a.inputs[0]], b
     same = len(gate.inputs) == len(up.inputs) == 2 and gate.inputs[1] == up.inputs[1] and gate.type == up.type and \
@@ -260,7 +264,7 @@ def gated_pair(mul: Node, by, users) -> tuple[Node, Node, Node] | None:
 def _paired(mul: Node, by, users, graph: Graph, cfg) -> tuple[Node, Node, Node] | None:
     """gated_pair(mul) where it pays: where the matvec reading mul (W2) would take at least
     cfg.mlp_pair_inputs inputs per row of its tile (tiles of whole rows, as kogc.scheduler.tile cuts
-    them), i.e. where its tasks would repeat silu(gate) * up over many inputs for few rows. Measured on
+    them), i.e. where its tasks would repeat act(gate) * up over many inputs for few rows. Measured on
     the H200 at context 1024: Llama-3.2-1B's shapes (8192 inputs / 2 rows) 1.187 -> 1.057 ms per token
     with pairs; SmolLM2's (1536 / 8) 0.679 -> 0.669; laneformer-2b's (1024 / 16, 8 lanes) 1.444 ms with
     pairs against 1.390 (docs/design.md)."""
@@ -274,10 +278,10 @@ def _paired(mul: Node, by, users, graph: Graph, cfg) -> tuple[Node, Node, Node] 
 
 
 def _pair_of(n: Node, users, paired):
-    """(gate, up, silu, mul) when matvec n is either half of a gated pair that pays."""
+    """(gate, up, act, mul) when matvec n is either half of a gated pair that pays."""
     for u in users.get(n.name, []):
         after = users.get(u.name, [])
-        mul = after[0] if u.op is Op.SILU and len(after) == 1 else u
+        mul = after[0] if u.op in GATED and len(after) == 1 else u
         pair = paired(mul)
         if pair is not None and n.name in (pair[0].name, pair[1].name):
             return pair + (mul,)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from ..ir.graph import Graph, Op
 from .config import ESIZE, TileConfig, attention_splits, last_split_combines, tile_rows
 from .errors import SchedulerError
-from .fuse import (ALL, ATTN_COMBINE, OTHERS, OWN, PLAIN, RESIDUAL, ROPE_CACHE, ROPE_STORE, SILU_MUL, STORE_ARGMAX,
+from .fuse import (ALL, ATTN_COMBINE, GATED_KINDS, OTHERS, OWN, PLAIN, RESIDUAL, ROPE_CACHE, ROPE_STORE, STORE_ARGMAX,
                    FusedOp, is_pow2)
 from .tasks import (A_BIAS, A_CACHE, A_EPS, A_H, A_KEYS, A_OUT, A_OWN_COEF, A_RECV, A_RECV_STRIDE, A_RES_OUT, A_ROW0,
                     A_SLOT, A_TERM, A_TERM_COEF, A_TERM_SEL, A_TERM_STRIDE, A_X, A_X2, NARGS, SELECT_CODES,
@@ -234,7 +234,7 @@ def _tile_matvec(op, by, lay, val, new, cfg, es, lanes_of, sent=(), recv_slot=No
     epi, pro = p["epilogue"], _prologue_kind(p, cfg)
     fp8 = cfg.weights == "fp8"
     wes = 1 if fp8 else es      # bytes per stored weight: an FP8 tile holds twice the rows of an fp16 one
-    stacked = 2 if epi == SILU_MUL else 1   # weight rows per output row (a gated pair: `rows` (gate, up) pairs)
+    stacked = 2 if epi in GATED_KINDS else 1   # weight rows per output row (a gated pair: `rows` (gate, up) pairs)
     rows = _rows(N, K, wes, cfg.tile_bytes // stacked, p)
     if p["out"]:
         val(p["out"])
@@ -313,7 +313,7 @@ def _prologue(op, by, lay, l, K, pro):
     if pro == "rmsnorm":
         return [lay.region(p["x"], l, 0, K)], {A_X: lay.at(p["x"], l), A_X2: lay.at(p["g"], l),
                                                 A_EPS: f32_bits(p["eps"])}
-    if pro == "silu_mul":
+    if pro in GATED_KINDS:
         return [lay.region(p["x"], l, 0, K), lay.region(p["x2"], l, 0, K)], {A_X: lay.at(p["x"], l),
                                                                              A_X2: lay.at(p["x2"], l)}
     if pro == ATTN_COMBINE:
