@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from conftest import EXAMPLES, rel_err
 
 import kogc
+from kogc.errors import ModelFileError
 from kogc.frontend import FrontendError, to_ir
 
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="CPU interpreter path (GPU covered by test_gpu)")
@@ -166,9 +167,9 @@ def test_torch_compile_backend():
 transformers = pytest.importorskip("transformers")
 
 
-def hf_model(cls_name, seed=0, **cfg):
+def hf_model(cls_name, seed=0, config_name=None, **cfg):
     torch.manual_seed(seed)
-    config_cls = getattr(transformers, cls_name.replace("ForCausalLM", "Config"))
+    config_cls = getattr(transformers, config_name or cls_name.replace("ForCausalLM", "Config"))
     base = dict(vocab_size=300, hidden_size=96, intermediate_size=160, num_hidden_layers=2, num_attention_heads=6,
                 num_key_value_heads=2, max_position_embeddings=64, rope_theta=10000.0)
     return getattr(transformers, cls_name)(config_cls(**{**base, **cfg})).eval().requires_grad_(False)
@@ -338,6 +339,41 @@ def test_gemma_equals_eager(pairs):
     assert not any(n.op.value == "scale" for n in ck.ir.nodes)
     if not pairs:
         assert_fp8_kernel_equals_its_weights(model)
+
+
+def gemma3(**cfg):
+    """A Gemma 3 text model with random norm weights: a local (window 64, no shorter than the cache) and a
+    global layer, whose RoPE bases differ (10,000 and 1,000,000)."""
+    model = hf_model("Gemma3ForCausalLM", config_name="Gemma3TextConfig", **{"head_dim": 16, "sliding_window": 64,
+                                             "layer_types": ["sliding_attention", "full_attention"],
+                                             "rope_parameters": {k: {"rope_type": "default", "rope_theta": t} for k, t in
+                                                                 (("sliding_attention", 1e4), ("full_attention", 1e6))},
+                                             **cfg})
+    for name, p in model.named_parameters():
+        if "norm" in name:
+            p.normal_(0, 0.3, generator=torch.Generator().manual_seed(len(name)))
+    return model
+
+
+def test_gemma3_equals_eager():
+    # Gemma 3: each sublayer's output normed before the residual add (a task per block of the sum: the whole
+    # output read for its sum of squares), q and k normed per head with (1 + w) scales, attention scaled by
+    # query_pre_attn_scalar^-0.5 (folded into q's norm), two RoPE tables (one per base: the kernel at step 2
+    # rotates each layer's q and k by its own); also with FP8 weights
+    model = gemma3()
+    ck = assert_equals_eager(model, kernel_at=(0, 2), steps=3)
+    kinds = [t.kind for t in ck.schedule.tasks]
+    assert kinds.count("normed_residual") == 2 * 2 * ck.ir.by_name()[ck.schedule.ops[0].p["out"]].type.shape[0] // \
+        next(t.variant[1] for t in ck.schedule.tasks if t.kind == "normed_residual")
+    ropes = {n.attrs.get("theta") for n in ck.ir.nodes if n.op.value == "rope"}
+    assert ropes == {10000.0, 1000000.0}, ropes
+    assert_fp8_kernel_equals_its_weights(model)
+
+
+def test_gemma3_window_shorter_than_the_cache_is_refused():
+    # its local layers' window of 16 would bite in a cache of 32 positions
+    with pytest.raises(ModelFileError, match="sliding-window attention \\(16 positions\\)"):
+        kogc.frontend.decode_step(gemma3(sliding_window=16), max_len=32)
 
 
 @pytest.mark.parametrize("pairs", [False, True])

@@ -107,12 +107,12 @@ def step_prefetch_elements(schedule: Schedule) -> int:
     return STEP_PREFETCH_BYTES // schedule.weight_esize if schedule.target.l2_prefetch_asm else 0
 
 
-VECTOR_KINDS = ("embed", "residual", "final_norm", "argmax", "send")   # bodies over whole vectors (D or a block)
+VECTOR_KINDS = ("embed", "residual", "normed_residual", "final_norm", "argmax", "send")   # bodies over whole vectors (D or a block)
 
 
 def vector_alignment(schedule: Schedule) -> int:
-    """The common power of two of every offset the whole-vector bodies (embed, residual, final norm,
-    argmax, send) add to a vector index: their bases, strides and lengths. Without it their loads were
+    """The common power of two of every offset the whole-vector bodies (embed, residual, normed residual,
+    final norm, argmax, send) add to a vector index: their bases, strides and lengths. Without it their loads were
     16 bits wide (the final norm's 16 per thread per lane vector, one after another)."""
     vals = []
     for t in schedule.tasks:

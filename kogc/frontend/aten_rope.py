@@ -119,7 +119,8 @@ class RopeLowering:
 
     def rope_attrs(self, rope) -> dict:
         """ROPE's attrs: theta when the probed frequencies are theta^(-2j/hd) (within fp32 rounding), else
-        the list; the same attrs for every layer (the kernel holds one table), or an error."""
+        the list; a layer's equal (within 1e-5) to an earlier layer's are that layer's (the kernel holds a
+        table for each distinct attrs: kogc.ir.executor.rope_tables)."""
         hd, f = rope.head_dim, torch.tensor(rope.inv_freq, dtype=torch.float64)
         scale = 1.0 if abs(rope.scale - 1.0) < 1e-5 else rope.scale
         theta = float(f[1] ** (-hd / 2)) if hd > 2 and f[1] > 0 else 0.0
@@ -135,15 +136,13 @@ class RopeLowering:
             attrs["inv_freq"] = [float(v) for v in f]
         if scale != 1.0:
             attrs["scale"] = scale
-        first = getattr(self, "_rope", None)
-        if first is None:
-            self._rope = attrs
-        elif first != attrs:
-            same = first.keys() == attrs.keys() and all(
-                torch.allclose(torch.tensor(first[k], dtype=torch.float64), torch.tensor(attrs[k], dtype=torch.float64),
-                               rtol=1e-5) for k in attrs)
-            if not same:
-                self.fail(f"RoPE differs between layers ({first} and {attrs}): kogc holds one table")
-        return dict(self._rope)
+        seen = self.__dict__.setdefault("_ropes", [])
+        for known in seen:
+            if known.keys() == attrs.keys() and all(
+                    torch.allclose(torch.tensor(known[k], dtype=torch.float64), torch.tensor(attrs[k], dtype=torch.float64),
+                                   rtol=1e-5) for k in attrs):
+                return dict(known)
+        seen.append(attrs)
+        return dict(attrs)
 
     # ------------------------------------------------------------------ the KV cache

@@ -58,6 +58,24 @@ def _matvec(node, args, types):
     return torch.nn.functional.linear(x, w, b)
 
 
+def rope_tables(graph: Graph) -> list[dict]:
+    """The distinct attrs of the graph's ROPE nodes, in order of first use: the kernel's cos/sin tables, each
+    [positions, head_dim / 2] (one for most models; Gemma 3's local and global layers rotate at two bases)."""
+    tables: list[dict] = []
+    for n in graph.nodes:
+        if n.op is Op.ROPE and n.attrs not in tables:
+            tables.append(n.attrs)
+    return tables
+
+
+def rope_table_offsets(graph: Graph, positions: int) -> dict[str, int]:
+    """Each ROPE node's table's first element in the kernel's COS and SIN: the tables one after another,
+    each of `positions` rows."""
+    tables = rope_tables(graph)
+    starts = [sum(positions * (t["head_dim"] // 2) for t in tables[:i]) for i in range(len(tables))]
+    return {n.name: starts[tables.index(n.attrs)] for n in graph.nodes if n.op is Op.ROPE}
+
+
 def rope_angles(pos: int, attrs: dict) -> tuple[torch.Tensor, torch.Tensor]:
     """A ROPE node's cos and sin at `pos` for pairs j < hd/2, computed in fp32 (the kernel uses the same
     table): of pos * inv_freq[j], where inv_freq is the attrs' own list (a model's computed or stored

@@ -7,7 +7,7 @@ import numpy as np
 import torch
 
 from ..fp8 import FORMATS, Fp8Weight, quantize
-from ..ir.executor import TORCH_DTYPES, rope_angles
+from ..ir.executor import TORCH_DTYPES, rope_angles, rope_tables
 from ..ir.graph import Op
 from ..scheduler import Schedule
 from ..scheduler.tasks import row_groups, stream_layout
@@ -152,9 +152,9 @@ def allocate(schedule: Schedule, weights: dict[str, torch.Tensor], device, profi
             emb = emb.read_as(dtype) if isinstance(emb, Fp8Weight) else emb.detach()
     max_pos = schedule.max_pos or 1
     if schedule.max_pos:
-        rope = next(n.attrs for n in graph.nodes if n.op is Op.ROPE)
-        cos, sin = zip(*(rope_angles(p, rope) for p in range(max_pos)))
-        cos, sin = torch.stack(cos), torch.stack(sin)
+        # every table [max_pos, head_dim / 2], one after another (kogc.ir.executor.rope_table_offset)
+        cos, sin = zip(*(rope_angles(p, rope) for rope in rope_tables(graph) for p in range(max_pos)))
+        cos, sin = torch.cat(cos), torch.cat(sin)
     else:
         cos = sin = torch.zeros(1)
 

@@ -37,7 +37,7 @@ class Term:
 
 @dataclass
 class FusedOp:
-    kind: str                    # embed | matvec | attention | head_norm | residual | final_norm | argmax
+    kind: str                    # embed | matvec | attention | head_norm | residual | normed_residual | final_norm | argmax
     node: str                    # the IR node it is built around
     lanes: int                   # 0: one instance; L: one per lane
     p: dict = field(default_factory=dict)
@@ -134,6 +134,10 @@ def fuse(graph: Graph, cfg=None) -> list[FusedOp]:
                 stream, terms = terms
                 take(n.name, *_form_nodes(by[[i for i in n.inputs if i != stream][0]], by))
                 add("residual", n, n.type.lanes, h=stream, out=n.name, terms=terms)
+            elif (normed := _normed_increment(n, by)) is not None:
+                stream, (x, g, eps), inc = normed
+                take(n.name, inc.name, *inc.inputs)
+                add("normed_residual", n, n.type.lanes, h=stream, x=x, g=g, eps=eps, out=n.name)
         elif n.op is Op.LANE_MEAN:
             src = _norm_input(by[n.inputs[0]], by)
             if src is not None:
@@ -182,6 +186,16 @@ def _residual_terms(n: Node, by) -> tuple[str, list[Term]] | None:
     return None
 
 
+def _normed_increment(n: Node, by):
+    """ADD(h, rmsnorm(x) * g) with x a matvec's stored output (Gemma 3 norms each sublayer's output before
+    the residual add): (h, (x, g, eps), the scaled norm), or None."""
+    for stream, inc in (n.inputs, tuple(reversed(n.inputs))):
+        norm = _norm_input(by[inc], by)
+        if norm is not None and by[norm[0]].op is Op.MATVEC and _linear_form(by[stream], by) is None:
+            return stream, norm, by[inc]
+    return None
+
+
 def _matvec(n: Node, by, users, order, take, residual_done, paired) -> FusedOp:
     w, x = by[n.inputs[0]], by[n.inputs[1]]
     p = {"w": w.name, "n": w.type.shape[0], "k": w.type.shape[1], "out": None,
@@ -213,7 +227,7 @@ def _matvec(n: Node, by, users, order, take, residual_done, paired) -> FusedOp:
     elif len(us) == 1 and us[0].op is Op.ROPE:
         rope = us[0]
         take(rope.name)
-        p.update(head_dim=rope.attrs["head_dim"])
+        p.update(head_dim=rope.attrs["head_dim"], rope=rope.name)
         kvw = [u for u in users[rope.name] if u.op is Op.KV_WRITE]
         if kvw:
             take(kvw[0].name)

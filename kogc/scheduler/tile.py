@@ -10,12 +10,13 @@ import math
 import struct
 from dataclasses import dataclass, field
 
+from ..ir.executor import rope_table_offsets
 from ..ir.graph import Graph, Op
 from .config import ESIZE, TileConfig, attention_splits, last_split_combines, tile_rows
 from .errors import SchedulerError
 from .fuse import (ALL, ATTN_COMBINE, GATED_KINDS, OTHERS, OWN, PLAIN, RESIDUAL, ROPE_CACHE, ROPE_STORE, STORE_ARGMAX,
                    FusedOp, is_pow2)
-from .tasks import (A_BIAS, A_CACHE, A_EPS, A_H, A_KEYS, A_OUT, A_OWN_COEF, A_RECV, A_RECV_STRIDE, A_RES_OUT, A_ROW0,
+from .tasks import (A_BIAS, A_CACHE, A_EPS, A_H, A_KEYS, A_OUT, A_OWN_COEF, A_RECV, A_RECV_STRIDE, A_RES_OUT, A_ROPE, A_ROW0,
                     A_SLOT, A_TERM, A_TERM_COEF, A_TERM_SEL, A_TERM_STRIDE, A_X, A_X2, NARGS, SELECT_CODES,
                     TOKEN_KEYS, Exchange, Region, Task, WeightTile)
 
@@ -101,6 +102,8 @@ def tile_rank(graph: Graph, ops: list[FusedOp], cfg: TileConfig) -> tuple[list[T
         elif n.op is Op.PARAM and len(n.type.shape) == 1:
             lay.alloc(n.name, "small", n.type.shape[0], n.type.lanes)
     lanes_of = lambda op: range(op.lanes) if op.lanes else [-1]  # noqa: E731
+    positions = next((op.p["max_pos"] for op in ops if op.kind == "attention"), 0)
+    rope_at = rope_table_offsets(graph, positions)
 
     for op in ops:
         p = op.p
@@ -111,7 +114,7 @@ def tile_rank(graph: Graph, ops: list[FusedOp], cfg: TileConfig) -> tuple[list[T
                 args = _args({A_OUT: lay.at(p["out"], l)})
                 new(("embed", d), op, l, args, [], [lay.region(p["out"], l, 0, d)], cost=d * es)
         elif op.kind == "matvec":
-            _tile_matvec(op, by, lay, val, new, cfg, es, lanes_of, sent, recv_slot)
+            _tile_matvec(op, by, lay, val, new, cfg, es, lanes_of, sent, recv_slot, rope_at)
             if p["out"] in sent:
                 send(p["out"], op)
         elif op.kind == "attention":
@@ -123,7 +126,8 @@ def tile_rank(graph: Graph, ops: list[FusedOp], cfg: TileConfig) -> tuple[list[T
             if p["out"]:
                 val(p["out"])
             for l in lanes_of(op):
-                args = _args({A_X: lay.at(p["x"], l), A_X2: lay.at(p["g"], l), A_EPS: f32_bits(p["eps"])})
+                args = _args({A_X: lay.at(p["x"], l), A_X2: lay.at(p["g"], l), A_EPS: f32_bits(p["eps"]),
+                              A_ROPE: rope_at[op.node]})
                 if p["out"]:
                     args[A_OUT] = lay.at(p["out"], l)
                     writes, S = [lay.region(p["out"], l, 0, nh * hd)], 0
@@ -148,6 +152,18 @@ def tile_rank(graph: Graph, ops: list[FusedOp], cfg: TileConfig) -> tuple[list[T
                         reads.append(_remote_term(args, term, by, lay, recv_slot(term.value, d, op).recv, r0))
                     new(("residual", blk, L), op, l, args, reads, [lay.region(p["out"], l, r0, r0 + blk)],
                         cost=blk * es * (L + 2))
+        elif op.kind == "normed_residual":
+            # each block reads the whole of x for its sum of squares, so it waits for every task storing x
+            d = by[p["out"]].type.shape[0]
+            val(p["out"])
+            blk = _pow2_block(d, cfg.elem_block)
+            for l in lanes_of(op):
+                for r0 in range(0, d, blk):
+                    args = _args({A_H: lay.at(p["h"], l, r0), A_OUT: lay.at(p["out"], l, r0), A_X: lay.at(p["x"], l),
+                                  A_X2: lay.at(p["g"], l), A_ROW0: r0, A_EPS: f32_bits(p["eps"])})
+                    reads = [lay.region(p["h"], l, r0, r0 + blk), lay.region(p["x"], l, 0, d)]
+                    new(("normed_residual", blk, d), op, l, args, reads, [lay.region(p["out"], l, r0, r0 + blk)],
+                        cost=(d + 3 * blk) * es)
         elif op.kind == "final_norm":
             h, g = by[p["h"]], by[p["g"]]
             d, L = h.type.shape[0], h.type.lanes
@@ -228,7 +244,7 @@ def _remote_term(a, term, by, lay, recv, r0) -> Region:
     return Region("f32", off, off + size)
 
 
-def _tile_matvec(op, by, lay, val, new, cfg, es, lanes_of, sent=(), recv_slot=None):
+def _tile_matvec(op, by, lay, val, new, cfg, es, lanes_of, sent=(), recv_slot=None, rope_at=None):
     p = op.p
     N, K = p["n"], p["k"]
     epi, pro = p["epilogue"], _prologue_kind(p, cfg)
@@ -273,6 +289,8 @@ def _tile_matvec(op, by, lay, val, new, cfg, es, lanes_of, sent=(), recv_slot=No
             a[A_ROW0] = r0
             if p["bias"]:
                 a[A_BIAS] = lay.at(p["bias"], l, r0)
+            if epi in (ROPE_STORE, ROPE_CACHE):
+                a[A_ROPE] = rope_at[p["rope"]]
             reads, writes = list(x_reads), []
             if p["out"]:
                 a[A_OUT] = lay.at(p["out"], l, r0)
