@@ -211,7 +211,9 @@ class AtenLowering(IRBuilder, RopeLowering, AttentionLowering):
         src = self.env.get(n.args[0]) if n.args and isinstance(n.args[0], fx.Node) else None
         if isinstance(src, Const) and src.name is not None:
             if n.target in CASTS or n.target in (aten.detach.default, aten.alias.default):
-                return Const(value, src.name, src.view)
+                # a weight keeps its dtype through a cast (Gemma's `weight.float()`): the IR computes in the
+                # model's dtype, and the kernel holds the weight as stored
+                return Const(value.to(src.tensor.dtype) if value.is_floating_point() else value, src.name, src.view)
             if n.target is aten.t.default or (n.target is aten.transpose.int and value.dim() == 2) or \
                     (n.target is aten.permute.default and list(n.args[1]) == [1, 0]):
                 return Const(value, src.name, src.view + (("t",),))

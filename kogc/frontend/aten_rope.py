@@ -110,7 +110,8 @@ class RopeLowering:
             norm, scale = (self.by_name(i) for i in node.inputs)
             if norm.op is Op.PARAM:
                 norm, scale = scale, norm
-            if norm.op is Op.RMSNORM and norm.attrs.get("group") == hd and scale.op is Op.PARAM and \
+            # (one head's norm over a whole vector of one head has no group: a model with one KV head)
+            if norm.op is Op.RMSNORM and (norm.attrs.get("group") or norm.type.shape[0]) == hd and scale.op is Op.PARAM and \
                     self.by_name(norm.inputs[0]).op is Op.MATVEC:
                 rows = self.pairs_interleaved(norm.inputs[0], hd)
                 normed = self.emit(Op.RMSNORM, [rows], dict(norm.attrs), hint="rmsnorm")
@@ -125,9 +126,13 @@ class RopeLowering:
         scale = 1.0 if abs(rope.scale - 1.0) < 1e-5 else rope.scale
         theta = float(f[1] ** (-hd / 2)) if hd > 2 and f[1] > 0 else 0.0
         if theta > 0:
-            std = theta ** (-torch.arange(0, hd, 2, dtype=torch.float64) / hd)
-            if torch.allclose(f, std, rtol=1e-5, atol=0):
-                theta = float(f"{theta:.6g}")       # 10000.0, not 9999.99997
+            # the shortest theta that fits (10000.0, not 9999.99997; 1e6, not 999997.0: with 128 pairs the
+            # probe's fp32 rounding of f[1] is multiplied by 128 in theta)
+            for digits in range(1, 7):
+                short = float(f"{theta:.{digits}g}")
+                if torch.allclose(f, short ** (-torch.arange(0, hd, 2, dtype=torch.float64) / hd), rtol=1e-5, atol=0):
+                    theta = short
+                    break
         attrs = {"head_dim": hd}
         std = theta ** (-torch.arange(0, hd, 2, dtype=torch.float64) / hd) if theta > 0 else None
         if std is not None and torch.allclose(f, std, rtol=1e-5, atol=0):

@@ -160,7 +160,8 @@ def _head_norm_input(rope: Node, by: dict[str, Node]):
     k_norm): (x, g, eps, the norm, the mul), or None."""
     n = by[rope.inputs[0]]
     scaled = _scaled_norm(n, by)
-    if scaled is None or scaled[0].attrs.get("group") != rope.attrs["head_dim"]:
+    # (a norm over a whole vector that is one head has no group: one KV head's k)
+    if scaled is None or (scaled[0].attrs.get("group") or scaled[0].type.shape[0]) != rope.attrs["head_dim"]:
         return None
     norm, g = scaled
     return norm.inputs[0], g.name, norm.attrs["eps"], norm, n
