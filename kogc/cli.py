@@ -247,14 +247,16 @@ def _parser() -> argparse.ArgumentParser:
     prompt.add_argument("--prompt", metavar="TEXT",
                         help="text, for a transformers model (--model-dir): tokenized with its tokenizer, its chat "
                              "template applied (unless --raw), the answer decoded and streamed as text; stops at "
-                             "its EOS token")
+                             "its EOS tokens")
     r.add_argument("--raw", action="store_true", help="with --prompt: no chat template")
     r.add_argument("--max-new-tokens", type=int, default=32)
     r.add_argument("--temperature", type=float, default=0.0, help="0 (default): greedy")
     r.add_argument("--top-k", type=int)
     r.add_argument("--top-p", type=float)
     r.add_argument("--seed", type=int, help="for sampling (default: drawn at random and printed)")
-    r.add_argument("--eos-id", type=int, help="stop after this token")
+    r.add_argument("--eos-id", type=int, nargs="+", metavar="ID",
+                   help="stop after any of these tokens (up to 8; default with --prompt: the tokenizer's EOS and "
+                        "those the model's generation_config.json names)")
     r.add_argument("--interpret", action="store_true", help="no GPU: run under Triton's interpreter (slow)")
     r.add_argument("--compensate-head", action="store_true",
                    help="with --weights fp8 and a transformers model with its tokenizer: the LM head's FP8 rounding "
@@ -421,7 +423,7 @@ def cmd_run(args) -> int:
     if args.prompt is not None:
         text = TextStream(args)
         prompt = text.ids
-        args.eos_id = text.eos if args.eos_id is None else args.eos_id
+        args.eos_id = (text.eos or None) if args.eos_id is None else args.eos_id
     else:
         try:
             prompt = [int(x) for x in args.prompt_ids.split(",") if x.strip()]
@@ -474,7 +476,7 @@ def cmd_run(args) -> int:
     end = time.perf_counter()
     print()
     seed = f", seed {ck.last_seed}" if args.temperature > 0 else ""
-    stop = " (stopped at EOS)" if args.eos_id in tokens else ""
+    stop = " (stopped at EOS)" if tokens and tokens[-1] in (args.eos_id or ()) else ""
     if not arrivals and tokens:     # a rank other than 0 (its tokens are rank 0's, which prints them)
         return 0
     if args.profile:

@@ -107,7 +107,7 @@ class TextStream:
 
     def __init__(self, args):
         from .frontend.model_file import is_transformers_dir
-        from .frontend.transformers_dir import load_tokenizer
+        from .frontend.transformers_dir import load_tokenizer, stop_tokens
         if not is_transformers_dir(args.model_file):
             raise KogcError("--prompt takes text for a transformers model (--model-dir DIR, with its tokenizer); "
                             "for a model file give --prompt-ids")
@@ -118,7 +118,7 @@ class TextStream:
         else:
             ids = self.tok.encode(args.prompt)
         self.ids = [int(i) for i in ids]
-        self.eos = self.tok.eos_token_id
+        self.eos = stop_tokens(args.model_file, self.tok)
         self.tokens: list[int] = []
         self.shown = ""
 

@@ -83,6 +83,19 @@ def test_eos_stops_within_the_step(setup):
     assert ck.epoch == epoch + 1 and 0 <= tok < model.config.vocab_size
 
 
+def test_any_of_several_eos_ids_stops(setup):
+    # a list of stop ids (as a chat model's generation_config names them): the first step producing any;
+    # a later generation without them runs its whole length (the kernel's STOP rewritten)
+    model, ck = setup
+    prompt = [7, 7, 8]
+    full = eager_greedy(model, prompt, 16)
+    absent = next(t for t in range(model.config.vocab_size) if t not in full)
+    first = min(full.index(full[9]), full.index(full[5]))
+    assert ck.generate(prompt, 16, eos_token_id=[absent, full[9], full[5]]) == full[:first + 1]
+    assert ck.generate(prompt, 16, eos_token_id=[absent]) == full
+    assert ck.generate(prompt, 16) == full
+
+
 @pytest.mark.parametrize("kwargs,needle", [
     (dict(prompt_ids=[], max_new_tokens=4), "empty"),
     (dict(prompt_ids=[1, 999], max_new_tokens=4), "outside the vocabulary"),
@@ -97,7 +110,9 @@ def test_eos_stops_within_the_step(setup):
     (dict(prompt_ids=[1], max_new_tokens=2.5), "max_new_tokens must be an integer"),
     (dict(prompt_ids=[1], max_new_tokens=4, temperature="hot"), "temperature must be a number"),
     (dict(prompt_ids=[1], max_new_tokens=4, temperature=1.0, top_k=2.5), "top_k must be an integer"),
-    (dict(prompt_ids=[1], max_new_tokens=4, eos_token_id=[3, 4]), "one id: the kernel stops on one token"),
+    (dict(prompt_ids=[1], max_new_tokens=4, eos_token_id=list(range(9))), "the kernel stops at up to 8"),
+    (dict(prompt_ids=[1], max_new_tokens=4, eos_token_id=[3, 999]), "eos_token_id 999 is outside the vocabulary"),
+    (dict(prompt_ids=[1], max_new_tokens=4, eos_token_id=[3.5]), "an integer or a list of integers"),
     (dict(prompt_ids=[1], max_new_tokens=4, temperature=1.0, seed=1.5), "seed must be an integer"),
 ])
 def test_bad_input_is_refused_before_launch(setup, kwargs, needle):

@@ -417,21 +417,45 @@ def test_transformers_checkpoint_directory(tmp_path, capsys):
     assert code == 0 and out.startswith(f"{tmp_path} (float32)") and "RESULT: PASS" in out
 
 
+def word_tokenizer():
+    """Words w0 .. w299 as ids 0 .. 299, w1 the EOS token; a chat template of the messages' words."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    words = Tokenizer(models.WordLevel({f"w{i}": i for i in range(300)}, unk_token="w0"))
+    words.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok = transformers.PreTrainedTokenizerFast(tokenizer_object=words, unk_token="w0", eos_token="w1")
+    tok.chat_template = "{% for m in messages %}{{ m['content'] }} {% endfor %}"
+    return tok
+
+
+def test_run_stops_at_the_generation_configs_eos(tmp_path, capsys):
+    # kogc run --prompt: the answer ends at the tokenizer's EOS or any id generation_config.json names (as
+    # transformers' generate stops: a chat model's end-of-turn token); here the model's second greedy token
+    from kogc.cli import main
+    from kogc.frontend.transformers_dir import stop_tokens
+    model, tok = hf_model("LlamaForCausalLM", seed=6, num_hidden_layers=1), word_tokenizer()
+    prompt = torch.tensor([[5]])
+    greedy = model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=3, do_sample=False,
+                            eos_token_id=None)[0, 1:].tolist()
+    model.generation_config.eos_token_id = [greedy[1], 1]
+    model.save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    assert stop_tokens(str(tmp_path), tok) == [1, greedy[1]]
+    code = main(["run", "--model-dir", str(tmp_path), "--max-len", "16", "--prompt", "w5", "--max-new-tokens", "3",
+                 "--interpret"])
+    out = capsys.readouterr().out
+    assert code == 0 and f"{greedy.index(greedy[1]) + 1} tokens (stopped at EOS)" in out, out
+
+
 def test_run_with_a_compensated_fp8_head(tmp_path, capsys, monkeypatch):
     # kogc run --weights fp8 --compensate-head: a tied model with a (word-level) tokenizer in its directory;
     # the LM head calibrated on the model's answers to the prompts, then generation: the tokens of that
     # model in torch with the same compensated head, the other matvecs rounded, the embedding as it is
-    from tokenizers import Tokenizer, models, pre_tokenizers
-
     from kogc import fp8
     from kogc.bench import quality
     from kogc.cli import main
     monkeypatch.setattr(fp8, "CALIBRATION_PROMPTS", fp8.CALIBRATION_PROMPTS[:2])   # (time)
     model = hf_model("LlamaForCausalLM", seed=6, tie_word_embeddings=True, num_hidden_layers=1)
-    words = Tokenizer(models.WordLevel({f"w{i}": i for i in range(300)}, unk_token="w0"))
-    words.pre_tokenizer = pre_tokenizers.Whitespace()
-    tok = transformers.PreTrainedTokenizerFast(tokenizer_object=words, unk_token="w0", eos_token="w1")
-    tok.chat_template = "{% for m in messages %}{{ m['content'] }} {% endfor %}"
+    tok = word_tokenizer()
     model.save_pretrained(tmp_path)
     tok.save_pretrained(tmp_path)
     run = ["run", "--model-dir", str(tmp_path), "--max-len", "16", "--prompt-ids", "5", "--max-new-tokens", "2",

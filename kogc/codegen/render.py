@@ -42,7 +42,7 @@ def render(schedule: Schedule, kernel_name: str = KERNEL_NAME, interpret: bool =
         prefetch_asm=schedule.target.l2_prefetch_asm, line_elems=128 // schedule.weight_esize,
         scaled=int(schedule.tile_config.weights == "fp8"), esize=schedule.weight_esize,
         # (a prefetch changes no value: left out under the interpreter, which has no inline assembly)
-        step_prefetch_elems=0 if interpret else step_prefetch_elements(schedule), token_keys=T.TOKEN_KEYS,
+        step_prefetch_elems=0 if interpret else step_prefetch_elements(schedule), token_keys=T.TOKEN_KEYS, max_stop=T.MAX_STOP,
         attn_prefetch=bool(schedule.target.l2_prefetch_asm) and not interpret,
         kv_line=128 // ESIZE[schedule.dtype],        # KV-cache elements per 128-byte line (the activations' dtype)
         run_vids={i for i, v in enumerate(schedule.variants) if v in schedule.run_variants},
@@ -138,8 +138,9 @@ def signature(schedule: Schedule) -> tuple[dict[str, str], dict[str, object]]:
     wdt = TRITON_TYPES.get(schedule.weight_format, dt)     # FP8 weights: fp8e4nv (NVIDIA) or fp8e4b8 (gfx942)
     sig = {"W": f"*{wdt}", "WOFF": "*i64", "TABLE": "*i32", "QLEN": "*i32", "ACT": f"*{dt}", "F32": "*fp32",
            "KV": f"*{dt}", "SMALL": f"*{dt}", "EMB": f"*{dt}", "COS": "*fp32", "SIN": "*fp32", "CNT": "*i32",
-           "ERR": "*i32", "OUT": "*i32", "PROF": "*i64", "PEERS": "*i64", "token": "i32",
-           "pos0": "i32", "epoch0": "i32", "limit": "i32", "nsteps": "i32", "eos": "i32", "seed": "i64", "temperature": "fp32", "top_k": "i32",
+           "ERR": "*i32", "OUT": "*i32", "PROF": "*i64", "PEERS": "*i64", "STOP": "*i32",
+           "token": "i32",
+           "pos0": "i32", "epoch0": "i32", "limit": "i32", "nsteps": "i32", "seed": "i64", "temperature": "fp32", "top_k": "i32",
            "top_p": "fp32", "host_poll": "i32", "step0": "i32", "MAXLEN": "constexpr", "ROW": "constexpr",
            "PROFILE": "constexpr", "SAMPLE_EV": "constexpr", "FILTER": "constexpr"}
     consts = {"MAXLEN": max(len(q) for q in schedule.queues), "ROW": schedule.row_width, "PROFILE": 0,

@@ -93,6 +93,23 @@ def load_tokenizer(path: str):
         raise ModelFileError(f"model directory {path}: no tokenizer: {str(e).splitlines()[0]}") from None
 
 
+def stop_tokens(path: str, tok) -> list[int]:
+    """The ids an answer ends at: the tokenizer's EOS and those the model's generation_config.json names (as
+    transformers' generate stops: Llama 3's instruct models name <|eot_id|> besides <|end_of_text|>, Gemma 3's
+    <end_of_turn> besides <eos>)."""
+    ids = [] if tok.eos_token_id is None else [int(tok.eos_token_id)]
+    directory, gguf = _gguf_file(path)
+    if not gguf:
+        try:
+            named = _transformers().GenerationConfig.from_pretrained(directory).eos_token_id
+        except OSError:     # no generation_config.json
+            named = None
+        for t in [] if named is None else [named] if isinstance(named, int) else named:
+            if int(t) not in ids:
+                ids.append(int(t))
+    return ids
+
+
 def load_decode_step(path: str, device: str = "cpu", dtype: torch.dtype | None = None, max_len: int | None = None):
     from .hf import DecodeStep
     return DecodeStep(load_model(path, device, dtype), max_len)

@@ -128,7 +128,7 @@ class DistributedKernel:
         CompiledKernel.check_generate(self, prompt, max_new_tokens, temperature, top_k, top_p, seed, eos)
 
     def generate(self, prompt_ids, max_new_tokens: int, temperature: float = 0.0, top_k=None, top_p=None,
-                 seed: int | None = None, eos_token_id: int | None = None, on_token=None,
+                 seed: int | None = None, eos_token_id: int | list[int] | None = None, on_token=None,
                  on_prefill=None) -> list[int]:
         """Every rank generates in one launch, in lockstep (the same seed on every rank: rank 0's);
         tokens stream from rank 0 (`on_token` and `on_prefill` are called there only)."""

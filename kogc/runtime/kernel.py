@@ -14,7 +14,7 @@ from ..codegen.render import render
 from ..errors import KogcError
 from ..ir.graph import Graph, Op
 from ..scheduler import Schedule
-from ..scheduler.tasks import REMOTE_BIT
+from ..scheduler.tasks import MAX_STOP, REMOTE_BIT
 from .buffers import Buffers, allocate
 
 
@@ -36,6 +36,13 @@ def _is_int(x) -> bool:
     return isinstance(x, numbers.Integral) and not isinstance(x, bool)
 
 
+def stop_ids(eos_token_id) -> tuple[int, ...]:
+    """generate's eos_token_id (None, one id, or several, as transformers' generate takes it) as a tuple."""
+    if eos_token_id is None:
+        return ()
+    return (eos_token_id,) if _is_int(eos_token_id) else tuple(eos_token_id)
+
+
 def prompt_ids_of(prompt_ids) -> list[int]:
     """The prompt as a list of ints (each as_index); text or floats are refused by name."""
     if isinstance(prompt_ids, str):
@@ -45,14 +52,19 @@ def prompt_ids_of(prompt_ids) -> list[int]:
 
 
 def _check_types(prompt, **args) -> None:
-    """generate's arguments of the right kinds: integers (max_new_tokens; top_k, seed, eos_token_id or None)
-    and real numbers (temperature; top_p or None); a KogcError names the first that is not."""
+    """generate's arguments of the right kinds: integers (max_new_tokens; top_k, seed or None), an integer or
+    a list of up to MAX_STOP (eos_token_id, or None), and real numbers (temperature; top_p or None); a
+    KogcError names the first that is not."""
     prompt_ids_of(prompt)
-    for name in ("max_new_tokens", "top_k", "seed", "eos_token_id"):
+    for name in ("max_new_tokens", "top_k", "seed"):
         x = args[name]
         if (x is not None or name == "max_new_tokens") and not _is_int(x):
-            one = " (one id: the kernel stops on one token)" if name == "eos_token_id" else ""
-            raise KogcError(f"{name} must be an integer{one}, got {x!r}")
+            raise KogcError(f"{name} must be an integer, got {x!r}")
+    eos = args["eos_token_id"]
+    if not (eos is None or _is_int(eos) or (isinstance(eos, (list, tuple)) and all(_is_int(t) for t in eos))):
+        raise KogcError(f"eos_token_id must be an integer or a list of integers, got {eos!r}")
+    if len(stop_ids(eos)) > MAX_STOP:
+        raise KogcError(f"eos_token_id names {len(stop_ids(eos))} tokens: the kernel stops at up to {MAX_STOP}")
     for name in ("temperature", "top_p"):
         x = args[name]
         if (x is not None or name == "temperature") and not (isinstance(x, numbers.Real) and not isinstance(x, bool)):
@@ -81,6 +93,7 @@ class CompiledKernel:
         self.num_warps = num_warps or schedule.target.num_warps
         self.buffers: Buffers = allocate(schedule, weights, self.device, profile, peer_visible)
         self.epoch = 0
+        self._stop: tuple[int, ...] = ()    # the ids in buffers.STOP
         # a spin is ~1 us on the GPU (an L2 round trip); under the interpreter nothing should ever spin
         self.watchdog_spins = watchdog_spins or (2_000 if interpret else 4_000_000)
         out = graph.output
@@ -112,12 +125,12 @@ class CompiledKernel:
         if not 0 <= pos < self.max_pos:
             raise KogcError(f"position {pos} is outside the KV cache [0, {self.max_pos})")
 
-    def launch(self, token: int, pos: int, nsteps: int = 1, eos: int = -1, seed: int = 0,
+    def launch(self, token: int, pos: int, nsteps: int = 1, stop: tuple[int, ...] = (), seed: int = 0,
                temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0, out: torch.Tensor | None = None,
                host_poll: bool = False, step0: int = 0, grid=None, view=None, epoch0: int | None = None) -> None:
         """Enqueue `nsteps` decode steps in one launch, from `token` at `pos` (no host synchronisation,
-        no checks: see `step` and `generate`). Epochs advance by `nsteps`; after an early stop at EOS
-        `generate` sets them to the steps actually run. host_poll: the host reads `out` while the kernel
+        no checks: see `step` and `generate`). Epochs advance by `nsteps`; after an early stop at one of
+        the `stop` ids `generate` sets them to the steps actually run. host_poll: the host reads `out` while the kernel
         runs (each step's count is then published system-wide, which costs the step a MEMBAR.SYS).
         step0: the first step's number for the sampling noise (a generation cut into launches).
         grid, view: a launch of part of the queues (kogc.runtime.ranks: one segment under the
@@ -126,11 +139,13 @@ class CompiledKernel:
         if epoch0 is None:
             epoch0 = self.epoch + 1
             self.epoch += nsteps
+        if stop != self._stop:      # (written when it changes: a timed loop of launches copies nothing)
+            self.buffers.STOP.copy_(torch.tensor(list(stop) + [-1] * (MAX_STOP - len(stop)), dtype=torch.int32))
+            self._stop = stop
         args = self.buffers.kernel_args(out) if view is None else view
         with interpreter(self.interpret) if self.interpret else contextlib.nullcontext():
             self.compiled = self.kernel[grid or self._grid](
-                *args, int(token), int(pos), epoch0, self.watchdog_spins, int(nsteps),
-                int(eos), int(seed), float(temperature), int(top_k), float(top_p), int(host_poll), int(step0),
+                *args, int(token), int(pos), epoch0, self.watchdog_spins, int(nsteps), int(seed), float(temperature), int(top_k), float(top_p), int(host_poll), int(step0),
                 FILTER=int(self.needs_filter(temperature, top_k, top_p)), **self._launch_options)
 
     def needs_filter(self, temperature: float, top_k: int, top_p: float) -> bool:
@@ -171,12 +186,13 @@ class CompiledKernel:
             f"waited on event {ev} ({what}): counter {seen}, needed {need}")
 
     def generate(self, prompt_ids, max_new_tokens: int, temperature: float = 0.0, top_k: int | None = None,
-                 top_p: float | None = None, seed: int | None = None, eos_token_id: int | None = None,
+                 top_p: float | None = None, seed: int | None = None, eos_token_id: int | list[int] | None = None,
                  on_token=None, on_prefill=None) -> list[int]:
         """Prefill `prompt_ids` (one launch per prompt token but the last), then produce up to
         `max_new_tokens` tokens in ONE launch: LM head, sampling and the EOS test run on the GPU and
         each step starts from the token the previous one sampled. Returns the new ids (ending with
-        EOS if it was produced). The sequence starts at position 0 (the KV cache is reused).
+        the EOS token if one was produced: `eos_token_id` one id or up to MAX_STOP, as a model's
+        generation_config names them). The sequence starts at position 0 (the KV cache is reused).
 
         temperature 0 is greedy (ties to the lowest id); otherwise softmax(logits / temperature),
         restricted to the top_k largest logits and then to the top_p nucleus if given. The same
@@ -203,8 +219,8 @@ class CompiledKernel:
         self.last_seed = seed
 
         def launch():
-            self.launch(prompt[-1], len(prompt) - 1, nsteps=max_new_tokens,
-                        eos=-1 if eos_token_id is None else int(eos_token_id), seed=seed, temperature=temperature,
+            self.launch(prompt[-1], len(prompt) - 1, nsteps=max_new_tokens, stop=stop_ids(eos_token_id), seed=seed,
+                        temperature=temperature,
                         top_k=top_k or 0, top_p=1.0 if top_p is None else top_p, out=out_buf, host_poll=streamed)
         if watched:
             _run_watched(launch, out_buf, on_token)
@@ -247,8 +263,9 @@ class CompiledKernel:
             raise KogcError(f"top_p must be in (0, 1], got {top_p}")
         if top_k is not None and top_k < 1:
             raise KogcError(f"top_k must be >= 1, got {top_k}")
-        if eos is not None and not 0 <= eos < vocab:
-            raise KogcError(f"eos_token_id {eos} is outside the vocabulary [0, {vocab})")
+        for t in stop_ids(eos):
+            if not 0 <= t < vocab:
+                raise KogcError(f"eos_token_id {t} is outside the vocabulary [0, {vocab})")
         if seed is not None and not 0 <= seed < 2**31:
             raise KogcError(f"seed must be in [0, 2**31), got {seed}")
 

@@ -18,7 +18,7 @@ import torch
 from ..errors import KogcError
 from ..ir.graph import Graph, Op
 from ..scheduler import Schedule
-from .kernel import CompiledKernel, KernelHangError, as_index, prompt_ids_of
+from .kernel import CompiledKernel, KernelHangError, as_index, prompt_ids_of, stop_ids
 
 
 def link_peers(kernels: list[CompiledKernel]) -> None:
@@ -171,7 +171,7 @@ class RankedKernel:
         return logits, self._token()
 
     def generate(self, prompt_ids, max_new_tokens: int, temperature: float = 0.0, top_k: int | None = None,
-                 top_p: float | None = None, seed: int | None = None, eos_token_id: int | None = None,
+                 top_p: float | None = None, seed: int | None = None, eos_token_id: int | list[int] | None = None,
                  on_token=None, on_prefill=None) -> list[int]:
         """As CompiledKernel.generate: on a GPU the new tokens in ONE launch per rank, every rank in
         lockstep choosing the same token; under the interpreter one step at a time (the same tokens:
@@ -185,7 +185,7 @@ class RankedKernel:
         if seed is None:
             seed = int.from_bytes(os.urandom(4), "little") & 0x7FFFFFFF
         self.last_seed = seed
-        eos = -1 if eos_token_id is None else int(eos_token_id)
+        stop = stop_ids(eos_token_id)
         for pos, tok in enumerate(prompt[:-1]):
             self._run(tok, pos)
             if on_prefill is not None:
@@ -193,19 +193,19 @@ class RankedKernel:
         if self.interpret:
             out, tok = [], prompt[-1]
             for i in range(max_new_tokens):
-                self._run_segments(tok, len(prompt) - 1 + i, step0=i, seed=seed, temperature=temperature, eos=eos,
+                self._run_segments(tok, len(prompt) - 1 + i, step0=i, seed=seed, temperature=temperature, stop=stop,
                                    **filters)
                 tok = self._token()
                 out.append(tok)
                 if on_token is not None:
                     on_token(tok)
-                if tok == eos:
+                if tok in stop:
                     break
             return out
         for k in self.kernels:
             k.buffers.OUT[:4].zero_()
         epoch0 = self.epoch + 1
-        self._launch_all(prompt[-1], len(prompt) - 1, nsteps=max_new_tokens, eos=eos, seed=seed,
+        self._launch_all(prompt[-1], len(prompt) - 1, nsteps=max_new_tokens, stop=stop, seed=seed,
                          temperature=temperature, **filters)
         torch.cuda.synchronize(self.device)
         for k in self.kernels:
