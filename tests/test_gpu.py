@@ -51,3 +51,29 @@ def test_fp8_weights_on_the_gpu(model_file, preset):
                     overrides={"max_len": 512} if model_file == "llama.py" else None, quiet=True, weights="fp8")
     assert res["passed"], res
     assert res["fp8_vs_model_weights"]["steps"] == 64
+
+
+@pytest.mark.gpu
+def test_gemma3_on_the_gpu(tmp_path):
+    # transformers' Gemma 3 with Gemma-3-1B's widths and vocabulary (hidden 1152, heads of 256, one KV head,
+    # 262,144 tokens; 4 layers, the third global: two RoPE tables), fp16 random weights with random norm
+    # scales, from its directory as `kogc check --model-dir` reads it: GELU-gated MLP, (1 + w) norms, each
+    # sublayer's output normed before the residual add; 64 steps and a 64-token one-launch generation
+    # against eager (tie-aware)
+    import torch
+    transformers = pytest.importorskip("transformers")
+
+    from kogc.check import run_check
+    torch.manual_seed(0)
+    cfg = transformers.Gemma3TextConfig(vocab_size=262144, hidden_size=1152, intermediate_size=6912, num_hidden_layers=4,
+                                        num_attention_heads=4, num_key_value_heads=1, head_dim=256,
+                                        query_pre_attn_scalar=256, sliding_window=512, max_position_embeddings=32768,
+                                        layer_types=["sliding_attention"] * 2 + ["full_attention", "sliding_attention"])
+    model = transformers.Gemma3ForCausalLM(cfg).eval().requires_grad_(False)
+    for name, p in model.named_parameters():
+        if "norm" in name:
+            p.normal_(0, 0.3)
+    model.half().save_pretrained(tmp_path)
+    res = run_check(str(tmp_path), None, steps=64, generate=64, prompt=[2, 3, 4, 5], overrides={"max_len": 512},
+                    quiet=True)
+    assert res["passed"], res
