@@ -374,6 +374,24 @@ def test_gemma3_equals_eager(widths):
         assert_fp8_kernel_equals_its_weights(model)
 
 
+@pytest.mark.parametrize("make", [lambda: hf_model("LlamaForCausalLM"), gemma3], ids=["llama", "gemma3"])
+def test_bf16_kernel_follows_the_ir(make):
+    # a bf16 model's kernel (attention's products on tensor cores: tl.dot of bf16) against the IR in bf16 over
+    # 3 steps. Bounds of 2.5e-2: under Triton's interpreter fp32 -> bf16 truncates (the GPU rounds to
+    # nearest), which the IR does not (measured 1.1e-2 and 1.7e-2; garbage, as from the interpreter's bf16
+    # tl.dot, is ~1)
+    from kogc.ir import execute
+    from kogc.ir.executor import new_state
+    from kogc.runtime.kernel import weights_of
+    step = kogc.frontend.decode_step(make().to(torch.bfloat16))
+    ck = kogc.compile(step)
+    weights, state = weights_of(step, ck.ir), new_state(ck.ir)
+    for pos, tok in enumerate([5, 17, 33]):
+        (want, _), _ = execute(ck.ir, weights, state, [tok, pos])
+        logits, _ = ck.step(tok, pos)
+        assert logits.dtype == torch.bfloat16 and rel_err(logits.float(), want.float()) < 2.5e-2, pos
+
+
 def test_gemma3_window_shorter_than_the_cache_is_refused():
     # its local layers' window of 16 would bite in a cache of 32 positions
     with pytest.raises(ModelFileError, match="sliding-window attention \\(16 positions\\)"):

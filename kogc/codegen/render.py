@@ -44,6 +44,9 @@ def render(schedule: Schedule, kernel_name: str = KERNEL_NAME, interpret: bool =
         # (a prefetch changes no value: left out under the interpreter, which has no inline assembly)
         step_prefetch_elems=0 if interpret else step_prefetch_elements(schedule), token_keys=T.TOKEN_KEYS, max_stop=T.MAX_STOP,
         attn_prefetch=bool(schedule.target.l2_prefetch_asm) and not interpret,
+        # Triton 3.6's interpreter multiplies bf16 matrices wrongly (tl.dot: errors of 1e10): there its
+        # operands are widened to fp32 first, which changes no product (bf16 x bf16 is exact in fp32)
+        widen_dot=interpret and schedule.dtype == "bfloat16",
         kv_line=128 // ESIZE[schedule.dtype],        # KV-cache elements per 128-byte line (the activations' dtype)
         run_vids={i for i, v in enumerate(schedule.variants) if v in schedule.run_variants},
         npeer=schedule.ranks - 1, remote_bit=T.REMOTE_BIT,
