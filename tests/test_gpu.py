@@ -38,6 +38,21 @@ def test_single_file_llama_on_the_gpu(preset):
 
 
 @pytest.mark.gpu
+def test_bf16_model_on_the_gpu():
+    # SmolLM2-135M's shapes in bf16 (as most checkpoints are stored): the bf16 kernel (attention's tl.dot of
+    # bf16 tiles) against eager in bf16, 64 steps and a 64-token one-launch generation (tie-aware in bf16)
+    import os
+
+    import torch
+    from conftest import EXAMPLES
+
+    from kogc.check import run_check
+    res = run_check(os.path.join(EXAMPLES, "llama.py"), "smollm2-135m", steps=64, generate=64, prompt=[1, 2, 3, 4],
+                    overrides={"max_len": 512, "dtype": torch.bfloat16}, quiet=True)
+    assert res["passed"] and res["dtype"] == "bfloat16", res
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("model_file,preset", [("laneformer.py", "laneformer-0.5b"), ("llama.py", "tiny")])
 def test_fp8_weights_on_the_gpu(model_file, preset):
     # the FP8 kernel against eager running the same quantized weights (fp16 0.5b, fp32 tiny Llama with
