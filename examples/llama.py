@@ -189,6 +189,7 @@ def build(c: LlamaConfig, device="cpu", dtype=None, seed: int | None = 0) -> Lla
     parameter's numbers are torch.randn's for its shape, drawn into one reused fp32 buffer, so no fp32 copy of
     the model is made (Llama-3.2-1B's shapes: 28 -> 9 s on 2 cores)."""
     dtype = dtype or getattr(torch, c.dtype)
+    c = dataclasses.replace(c, dtype=str(dtype).removeprefix("torch."))     # (the KV cache's dtype too)
     with torch.device("meta"):
         model = Llama(c)
     if device == "meta":            # (Module.to(dtype) would also make the complex RoPE table real)
