@@ -255,7 +255,7 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--top-p", type=float)
     r.add_argument("--seed", type=int, help="for sampling (default: drawn at random and printed)")
     r.add_argument("--eos-id", type=int, nargs="+", metavar="ID",
-                   help="stop after any of these tokens (up to 8; default with --prompt: the tokenizer's EOS and "
+                   help="stop after any of these tokens (up to 4; default with --prompt: the tokenizer's EOS and "
                         "those the model's generation_config.json names)")
     r.add_argument("--interpret", action="store_true", help="no GPU: run under Triton's interpreter (slow)")
     r.add_argument("--compensate-head", action="store_true",

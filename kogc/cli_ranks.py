@@ -22,7 +22,7 @@ def bench_ranks(args, preset: str | None, context: int, overrides: dict) -> int:
     started = start_ranks(args)
     if started is not None:
         return started
-    from .bench import print_progress as bench_progress, format_table, write_json
+    from .bench import format_table, progress as bench_progress, write_json
     from .bench.ranks import format_remote_waits, mirror_speedup, run_bench_ranks
     res = run_bench_ranks(args.model_file, preset, args.gpus, "mirror" if args.mirror else args.one_gpu,
                           context=context, steps=args.steps, reps=args.reps, checkpoint=args.checkpoint,

@@ -33,7 +33,7 @@ AS_WRITTEN = ("eager", "cuda_graph", "compile", "cuda_graph_trim")
 _STARTED: list[float] = []      # when this process told its first progress line
 
 
-def _progress(msg: str, quiet: bool) -> None:
+def progress(msg: str, quiet: bool) -> None:
     """A progress line with the seconds since the first (a bench of laneformer-7b takes minutes)."""
     if not quiet:
         if not _STARTED:
@@ -56,13 +56,13 @@ def run_bench(model_file: str, preset: str | None, context: int = 1024, steps: i
     warmup = 0 if interpret else 3          # the interpreter has nothing to warm up: each launch is seconds
     t0 = time.perf_counter()
     name = preset or checkpoint or model_file
-    _progress(f"building {name}" + ("" if checkpoint or not preset else f" (random weights, seed {seed})"), quiet)
+    progress(f"building {name}" + ("" if checkpoint or not preset else f" (random weights, seed {seed})"), quiet)
     model = build_model(model_file, preset=preset, checkpoint=checkpoint, seed=seed, **(overrides or {}))
     cfg = {"model_file": model_file, "preset": preset, "model": name, "context": context, "steps": steps, "reps": reps,
            "device": "CPU (Triton interpreter)" if interpret else torch.cuda.get_device_name(),
            "date": time.strftime("%Y-%m-%d %H:%M"), "torch": torch.__version__,
            "weights": (kogc_options or {}).get("weights", "model")}
-    _progress("compiling with kogc", quiet)
+    progress("compiling with kogc", quiet)
     ck = kogc_compile(model, interpret=interpret, **(kogc_options or {}))
     cfg["kernel_source_sha1"] = kernel_id(ck)
     max_pos = ck.max_pos
@@ -72,30 +72,30 @@ def run_bench(model_file: str, preset: str | None, context: int = 1024, steps: i
     gen = torch.Generator().manual_seed(seed + 1)
     randomize_kv(kv_cache_buffers(ck.ir, model), context, gen)
     fill_kv_from(ck, model)
-    _progress(f"checking one step against eager at position {context}", quiet)
+    progress(f"checking one step against eager at position {context}", quiet)
     checks = {"kogc": check_step(ck, model, context, device)}
     rows: list[Row] = []
     readings = [] if interpret else [read_bandwidth()]
     floor_bytes = bytes_per_token(ck, context + steps // 2)
 
-    _progress(f"timing kogc ({steps} steps x {reps})", quiet)
+    progress(f"timing kogc ({steps} steps x {reps})", quiet)
     rows.append(Row("kogc" + (" (interpreter, CPU)" if interpret else ""),
                     time_steps(lambda i: ck.launch(1 + i % 100, context + i), steps, reps, device, warmup)))
-    _progress(f"kogc: {rows[-1].ms} ms/token", quiet)
+    progress(f"kogc: {rows[-1].ms} ms/token", quiet)
     # the same steps as one generation in ONE launch (what `generate` and `kogc run` do): no launch gap
     # between steps, each step's token fed back on the GPU
-    _progress(f"timing kogc generating {steps} tokens in one launch (x {reps})", quiet)
+    progress(f"timing kogc generating {steps} tokens in one launch (x {reps})", quiet)
     rows.append(Row("kogc generate (one launch" + (", interpreter, CPU)" if interpret else ")"),
                     [ms / steps for ms in time_steps(lambda i: ck.launch(1, context, nsteps=steps), 1, reps, device,
                                                      warmup=min(warmup, 1))]))
-    _progress(f"kogc generate: {rows[-1].ms} ms/token", quiet)
+    progress(f"kogc generate: {rows[-1].ms} ms/token", quiet)
     ck.raise_if_stuck()
     fp8 = (kogc_options or {}).get("weights", "model") != "model"
     # the baselines stream the model's own weights: beside an FP8 kernel, their floor is of those bytes
     baseline_extra = {"floor_bytes": bytes_per_token(ck, context + steps // 2, as_model=True)} if fp8 else {}
     if fp8:
         # the same model streaming its own weights, in the same run: what FP8 buys
-        _progress("timing kogc with the model's weights", quiet)
+        progress("timing kogc with the model's weights", quiet)
         full = kogc_compile(model, interpret=interpret, **{**kogc_options, "weights": "model"})
         fill_kv_from(full, model)
         checks["kogc, model's weights"] = check_step(full, model, context, device)
@@ -103,12 +103,12 @@ def run_bench(model_file: str, preset: str | None, context: int = 1024, steps: i
                         time_steps(lambda i: full.launch(1 + i % 100, context + i), steps, reps, device, warmup),
                         extra={"floor_bytes": bytes_per_token(full, context + steps // 2),
                                "kernel_source_sha1": kernel_id(full)}))
-        _progress(f"kogc, model's weights: {rows[-1].ms} ms/token", quiet)
+        progress(f"kogc, model's weights: {rows[-1].ms} ms/token", quiet)
         full = None
     prof = None
     if profile and not interpret:
         from ..runtime.profile import format_summary, summarize
-        _progress("profiling one kogc step", quiet)
+        progress("profiling one kogc step", quiet)
         pk = kogc_compile(model, profile=profile, **(kogc_options or {}))
         fill_kv_from(pk, model)
         for i in range(3):
@@ -120,7 +120,7 @@ def run_bench(model_file: str, preset: str | None, context: int = 1024, steps: i
             from ..analysis.stamps import save_stamps
             prof["task_times"] = save_stamps(pk, task_times, model_file=model_file, preset=preset,
                                              checkpoint=checkpoint, overrides=overrides)
-            _progress(f"wrote the profiled step's task times to {prof['task_times']}", quiet)
+            progress(f"wrote the profiled step's task times to {prof['task_times']}", quiet)
         del pk
     shapes = shapes_of(ck.schedule)
     ck = None   # free its buffers before the baselines run
@@ -130,7 +130,7 @@ def run_bench(model_file: str, preset: str | None, context: int = 1024, steps: i
     for name in baselines:
         if interpret and name != "eager":
             continue
-        _progress(f"timing {name}", quiet)
+        progress(f"timing {name}", quiet)
         n = min(steps, 20) if name == "eager" else steps
         make = {"eager": eager_step, "cuda_graph": graph_step, "compile": compiled_graph_step,
                 "cuda_graph_trim": lambda m, d, c: trimmed_graph_step(m, d, c, _round_up(c + steps + 1, 64)),
@@ -140,7 +140,7 @@ def run_bench(model_file: str, preset: str | None, context: int = 1024, steps: i
             run = make(model, device, context)
             rows.append(Row(name + (" (CPU)" if interpret else ""), time_steps(run, n, reps, device, warmup),
                             extra=dict(baseline_extra)))
-            _progress(f"{name}: {rows[-1].ms} ms/token", quiet)
+            progress(f"{name}: {rows[-1].ms} ms/token", quiet)
         except Exception as e:  # a baseline that cannot run is reported, not fatal
             rows.append(Row(name, [], error=f"{type(e).__name__}: {str(e)[:200]}"))
     if readings:
@@ -150,7 +150,7 @@ def run_bench(model_file: str, preset: str | None, context: int = 1024, steps: i
             torch.cuda.empty_cache()
             readings.append(read_bandwidth())
         except RuntimeError as e:     # a baseline that broke the device must not cost the table
-            _progress(f"second bandwidth reading failed ({str(e)[:100]}); the floor uses the first", quiet)
+            progress(f"second bandwidth reading failed ({str(e)[:100]}); the floor uses the first", quiet)
     bw = max(readings, default=None)
     result = {"config": cfg, "floor": {"bytes_per_token": floor_bytes, "read_bw_Bps": bw,
                                        "read_bw_readings_Bps": readings,

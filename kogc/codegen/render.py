@@ -141,9 +141,10 @@ def signature(schedule: Schedule) -> tuple[dict[str, str], dict[str, object]]:
     wdt = TRITON_TYPES.get(schedule.weight_format, dt)     # FP8 weights: fp8e4nv (NVIDIA) or fp8e4b8 (gfx942)
     sig = {"W": f"*{wdt}", "WOFF": "*i64", "TABLE": "*i32", "QLEN": "*i32", "ACT": f"*{dt}", "F32": "*fp32",
            "KV": f"*{dt}", "SMALL": f"*{dt}", "EMB": f"*{dt}", "COS": "*fp32", "SIN": "*fp32", "CNT": "*i32",
-           "ERR": "*i32", "OUT": "*i32", "PROF": "*i64", "PEERS": "*i64", "STOP": "*i32",
+           "ERR": "*i32", "OUT": "*i32", "PROF": "*i64", "PEERS": "*i64",
            "token": "i32",
-           "pos0": "i32", "epoch0": "i32", "limit": "i32", "nsteps": "i32", "seed": "i64", "temperature": "fp32", "top_k": "i32",
+           "pos0": "i32", "epoch0": "i32", "limit": "i32", "nsteps": "i32",
+           **{f"stop{i}": "i32" for i in range(T.MAX_STOP)}, "seed": "i64", "temperature": "fp32", "top_k": "i32",
            "top_p": "fp32", "host_poll": "i32", "step0": "i32", "MAXLEN": "constexpr", "ROW": "constexpr",
            "PROFILE": "constexpr", "SAMPLE_EV": "constexpr", "FILTER": "constexpr"}
     consts = {"MAXLEN": max(len(q) for q in schedule.queues), "ROW": schedule.row_width, "PROFILE": 0,

@@ -10,7 +10,7 @@ from ..fp8 import FORMATS, Fp8Weight, quantize
 from ..ir.executor import TORCH_DTYPES, rope_angles, rope_tables
 from ..ir.graph import Op
 from ..scheduler import Schedule
-from ..scheduler.tasks import MAX_STOP, row_groups, stream_layout
+from ..scheduler.tasks import row_groups, stream_layout
 
 
 @dataclass
@@ -32,13 +32,11 @@ class Buffers:
     PROF: torch.Tensor    # int64 [programs, max queue length, 3 (9 with profile="detail")] timestamps
                           # with profiling, else [1]
     PEERS: torch.Tensor   # int64 [peers, 2]: each peer's F32 and CNT addresses (one rank of several), else [2]
-    STOP: torch.Tensor    # int32 [MAX_STOP]: the token ids a generation stops at (-1: none)
 
     def kernel_args(self, out: torch.Tensor | None = None) -> list[torch.Tensor]:
         """The kernel's tensor arguments; `out` replaces OUT (e.g. pinned host memory to stream tokens)."""
         return [self.W, self.WOFF, self.TABLE, self.QLEN, self.ACT, self.F32, self.KV, self.SMALL, self.EMB,
-                self.COS, self.SIN, self.CNT, self.ERR, self.OUT if out is None else out, self.PROF, self.PEERS,
-                self.STOP]
+                self.COS, self.SIN, self.CNT, self.ERR, self.OUT if out is None else out, self.PROF, self.PEERS]
 
     def nbytes(self) -> dict[str, int]:
         return {k: v.numel() * v.element_size() for k, v in self.__dict__.items()}
@@ -175,5 +173,4 @@ def allocate(schedule: Schedule, weights: dict[str, torch.Tensor], device, profi
         PROF=(torch.zeros((len(schedule.queues), table.shape[1], 9 if profile == "detail" else 3), dtype=torch.int64,
                           device=device)
               if profile else z(1, torch.int64)),
-        PEERS=z(2 * max(schedule.ranks - 1, 1), torch.int64),
-        STOP=torch.full((MAX_STOP,), -1, dtype=torch.int32, device=device))
+        PEERS=z(2 * max(schedule.ranks - 1, 1), torch.int64))

@@ -93,7 +93,6 @@ class CompiledKernel:
         self.num_warps = num_warps or schedule.target.num_warps
         self.buffers: Buffers = allocate(schedule, weights, self.device, profile, peer_visible)
         self.epoch = 0
-        self._stop: tuple[int, ...] = ()    # the ids in buffers.STOP
         # a spin is ~1 us on the GPU (an L2 round trip); under the interpreter nothing should ever spin
         self.watchdog_spins = watchdog_spins or (2_000 if interpret else 4_000_000)
         out = graph.output
@@ -139,13 +138,11 @@ class CompiledKernel:
         if epoch0 is None:
             epoch0 = self.epoch + 1
             self.epoch += nsteps
-        if stop != self._stop:      # (written when it changes: a timed loop of launches copies nothing)
-            self.buffers.STOP.copy_(torch.tensor(list(stop) + [-1] * (MAX_STOP - len(stop)), dtype=torch.int32))
-            self._stop = stop
+        stops = [int(t) for t in stop] + [-1] * (MAX_STOP - len(stop))
         args = self.buffers.kernel_args(out) if view is None else view
         with interpreter(self.interpret) if self.interpret else contextlib.nullcontext():
             self.compiled = self.kernel[grid or self._grid](
-                *args, int(token), int(pos), epoch0, self.watchdog_spins, int(nsteps), int(seed), float(temperature), int(top_k), float(top_p), int(host_poll), int(step0),
+                *args, int(token), int(pos), epoch0, self.watchdog_spins, int(nsteps), *stops, int(seed), float(temperature), int(top_k), float(top_p), int(host_poll), int(step0),
                 FILTER=int(self.needs_filter(temperature, top_k, top_p)), **self._launch_options)
 
     def needs_filter(self, temperature: float, top_k: int, top_p: float) -> bool:

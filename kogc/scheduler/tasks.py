@@ -30,7 +30,8 @@ TOKEN_KEYS = 128    # the LM head's tasks fold their (max, row) into key (task %
                     # f32 arena; one word for all 16k tasks made each one's publish queue behind the others'
                     # atomics at one L2 address (+17 us per step). Not regions: unordered by design, and the
                     # next step's folds come after the argmax clears them through the token they wait for
-MAX_STOP = 8        # token ids one generation can stop at (the kernel's STOP; Llama 3.1's instruct models name 3)
+MAX_STOP = 4        # token ids one generation can stop at (the kernel's scalar arguments stop0..; Llama 3.1's
+                    # instruct models name 3)
 SELECT_CODES = {None: 0, "own": 1, "others": 2, "all": 3}
 REMOTE_BIT = 1 << 30    # a wait on event e written as e + this in the task table: a count peers raise
 
