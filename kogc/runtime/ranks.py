@@ -107,8 +107,12 @@ class RankedKernel:
     def _launch_all(self, token: int, pos: int, nsteps: int = 1, **kw) -> None:
         epoch0 = self.epoch + 1
         self.epoch += nsteps
+        caller = torch.cuda.current_stream(self.device)
         for k, s in zip(self.kernels, self.streams):
             k.epoch = self.epoch
+            # after the caller's work: a kernel still running there (an eager reference's graph replay) holds
+            # SMs, and a rank's programs that cannot all be resident beside it wait for peers that cannot start
+            s.wait_stream(caller)
             with torch.cuda.stream(s):
                 k.launch(token, pos, nsteps=nsteps, epoch0=epoch0, **kw)
         for s in self.streams:
