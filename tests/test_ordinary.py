@@ -393,9 +393,10 @@ def test_bf16_kernel_follows_the_ir(make):
 
 
 def test_gemma3_window_shorter_than_the_cache_is_refused():
-    # its local layers' window of 16 would bite in a cache of 32 positions
+    # its local layers' window of 16 would bite in a cache of 32 positions; without max_len the cache is the window
     with pytest.raises(ModelFileError, match="sliding-window attention \\(16 positions\\)"):
         kogc.frontend.decode_step(gemma3(sliding_window=16), max_len=32)
+    assert kogc.frontend.decode_step(gemma3(sliding_window=16)).max_len == 16
 
 
 @pytest.mark.parametrize("pairs", [False, True])

@@ -36,6 +36,8 @@ class DecodeStep(nn.Module):
         if fp8:
             self.kogc_fp8_weights = {"model." + k: v for k, v in fp8.items()}
         window = getattr(config, "sliding_window", None) if getattr(config, "use_sliding_window", True) else None
+        if window and window < self.max_len and max_len is None:
+            self.max_len = window       # (by default the longest cache the window never bites: Gemma-3-1B's 512)
         if window and window < self.max_len:
             raise ModelFileError(f"{type(model).__name__}: sliding-window attention ({window} "
                                  f"positions) is not supported; pass max_len <= {window}")
