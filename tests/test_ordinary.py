@@ -148,6 +148,25 @@ def test_rope_forms(monkeypatch, rope):
     assert_equals_eager(tiny_llama(seed=3), kernel_at=())     # (the IR's ROPE: the kernel's is tested above)
 
 
+def test_rope_per_layer_in_the_projections_epilogue(monkeypatch):
+    # the odd layers rotate at twice the even layers' angles: two RoPE tables, read by the q and k projections'
+    # own epilogue (no norm per head here); the kernel at step 2 rotates each layer by its own
+    def forward(self, token, pos):
+        tokens, positions = token.reshape(1, 1), pos.reshape(1)
+        x = self.tok_embeddings(tokens)
+        freqs = self.freqs_cis[positions]
+        mask = self.causal_mask[None, None, positions]
+        for i, layer in enumerate(self.layers):
+            x = layer(x, positions, freqs * freqs if i % 2 else freqs, mask)
+        logits = self.output(self.norm(x)).reshape(-1)
+        return logits, torch.argmax(logits)
+    monkeypatch.setattr(llama.Llama, "forward", forward)
+    ck = assert_equals_eager(tiny_llama(seed=3), kernel_at=(2,), steps=3)
+    ropes = [n.attrs for n in ck.ir.nodes if n.op.value == "rope"]
+    assert len({str(a) for a in ropes}) == 2 and {"rope_store", "rope_cache"} <= {t.variant[4] for t in ck.schedule.tasks
+                                                                                 if t.kind == "matvec"}
+
+
 def test_written_out_attention(monkeypatch):
     monkeypatch.setattr(llama.F, "scaled_dot_product_attention", written_out_attention)
     assert_equals_eager(tiny_llama(seed=4), kernel_at=())
