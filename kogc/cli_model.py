@@ -52,11 +52,11 @@ def model_args(p: argparse.ArgumentParser, default_config: str | None) -> None:
     p.add_argument("--checkpoint", help="a directory with config.json and *.safetensors (instead of --config): "
                                         "the model file's format, or, without a model file, a transformers model")
     p.add_argument("--model-dir", metavar="DIR",
-                   help="a transformers causal LM (Llama, Mistral, Qwen2, Qwen3, Gemma, SmolLM2, ...): a directory with config.json and "
-                        "*.safetensors, or one .gguf file; needs pip install 'kogc[hf]'")
+                   help="a transformers causal LM (Llama, Mistral, Qwen2, Qwen3, Gemma, SmolLM2, ...): a directory "
+                        "with config.json and *.safetensors, or one .gguf file; needs pip install 'kogc[hf]'")
     p.add_argument("--max-len", type=positive_int, metavar="N",
-                   help="positions of the static KV cache: a transformers model's (default min(4096, its maximum, its sliding window)), or "
-                        "passed to a model file's kogc_model as max_len (both examples take it)")
+                   help="positions of the static KV cache: a transformers model's (default min(4096, its maximum, "
+                        "its sliding window)), or passed to a model file's kogc_model as max_len (both examples take it)")
     p.add_argument("--lanes", type=positive_int, help="override the preset's num_lanes")
     p.add_argument("--weights", choices=("model", "fp8"), default="model",
                    help="how the kernel stores matvec weights: model (its dtype, the default) or fp8 (E4M3 with one "

@@ -35,8 +35,9 @@ def shapes_of(schedule) -> Shapes:
     """The model's sizes from its scheduled fused ops (whatever wrote the model: the IR is the same)."""
     att = [op for op in schedule.ops if op.kind == "attention"]
     # the MLP's width (and its gated kind): W1/W3 pairs' rows, or W2's inputs where it forms act(gate) * up itself
-    mlp = [(op.p["n"], op.p["epilogue"]) for op in schedule.ops if op.kind == "matvec" and op.p["epilogue"] in GATED_KINDS] or \
-        [(op.p["k"], op.p["prologue"]) for op in schedule.ops if op.kind == "matvec" and op.p["prologue"] in GATED_KINDS]
+    mvs = [op for op in schedule.ops if op.kind == "matvec"]
+    mlp = [(op.p["n"], op.p["epilogue"]) for op in mvs if op.p["epilogue"] in GATED_KINDS] or \
+        [(op.p["k"], op.p["prologue"]) for op in mvs if op.p["prologue"] in GATED_KINDS]
     head = [op for op in schedule.ops if op.kind == "matvec" and op.p["epilogue"] == "store_argmax"]
     emb = [op for op in schedule.ops if op.kind == "embed"]
     if not (att and mlp and head and emb):

@@ -73,6 +73,7 @@ class AtenLowering(IRBuilder, RopeLowering, AttentionLowering):
         self.pos_node = self.token_ir = self.pos_ir = None
         self.replicated: dict[str, str] = {}
         self.ropes: dict[fx.Node, str] = {}
+        self.ropes_seen: list[dict] = []            # each distinct ROPE attrs (rope_attrs), in order
         self.probed: dict[tuple, object] = {}      # region signature -> the probed Rope
         self.half_rotated: set[str] = set()     # ROPE values whose head dims are in interleaved order
         self.aliases: dict[str, list[fx.Node]] = {}     # IR value -> the fx nodes that are views of it

@@ -111,8 +111,8 @@ class RopeLowering:
             if norm.op is Op.PARAM:
                 norm, scale = scale, norm
             # (one head's norm over a whole vector of one head has no group: a model with one KV head)
-            if norm.op is Op.RMSNORM and (norm.attrs.get("group") or norm.type.shape[0]) == hd and scale.op is Op.PARAM and \
-                    self.by_name(norm.inputs[0]).op is Op.MATVEC:
+            per_head = norm.op is Op.RMSNORM and (norm.attrs.get("group") or norm.type.shape[0]) == hd
+            if per_head and scale.op is Op.PARAM and self.by_name(norm.inputs[0]).op is Op.MATVEC:
                 rows = self.pairs_interleaved(norm.inputs[0], hd)
                 normed = self.emit(Op.RMSNORM, [rows], dict(norm.attrs), hint="rmsnorm")
                 return self.emit(Op.MUL, [normed, self.param_again(scale, ("rope_half", hd), 0)])
@@ -141,13 +141,12 @@ class RopeLowering:
             attrs["inv_freq"] = [float(v) for v in f]
         if scale != 1.0:
             attrs["scale"] = scale
-        seen = self.__dict__.setdefault("_ropes", [])
-        for known in seen:
-            if known.keys() == attrs.keys() and all(
-                    torch.allclose(torch.tensor(known[k], dtype=torch.float64), torch.tensor(attrs[k], dtype=torch.float64),
-                                   rtol=1e-5) for k in attrs):
+        as64 = lambda v: torch.tensor(v, dtype=torch.float64)     # noqa: E731
+        for known in self.ropes_seen:
+            if known.keys() == attrs.keys() and all(torch.allclose(as64(known[k]), as64(attrs[k]), rtol=1e-5)
+                                                    for k in attrs):
                 return dict(known)
-        seen.append(attrs)
+        self.ropes_seen.append(attrs)
         return dict(attrs)
 
     # ------------------------------------------------------------------ the KV cache

@@ -166,7 +166,8 @@ _RULES = {
     Op.OUTPUT: lambda ins, attrs: None,
 }
 
-ARITY = {Op.EMBED: 2, Op.BROADCAST_LANES: 1, Op.RMSNORM: 1, Op.SCALE: 1, Op.SILU: 1, Op.GELU: 1, Op.GELU_TANH: 1, Op.MATVEC: (2, 3),
+ARITY = {Op.EMBED: 2, Op.BROADCAST_LANES: 1, Op.RMSNORM: 1, Op.SCALE: 1, Op.SILU: 1, Op.GELU: 1, Op.GELU_TANH: 1,
+         Op.MATVEC: (2, 3),
          Op.ROPE: 2, Op.KV_WRITE: 3, Op.ATTENTION: 4, Op.LANE_SUM: 1, Op.LANE_MEAN: 1,
          Op.LANE_SUM_OTHERS: 1, Op.ARGMAX: 1, Op.MUL: 2, Op.ADD: 2, Op.SUB: 2,
          Op.INPUT: 0, Op.PARAM: 0, Op.STATE: 0}

@@ -152,7 +152,7 @@ def allocate(schedule: Schedule, weights: dict[str, torch.Tensor], device, profi
             emb = emb.read_as(dtype) if isinstance(emb, Fp8Weight) else emb.detach()
     max_pos = schedule.max_pos or 1
     if schedule.max_pos:
-        # every table [max_pos, head_dim / 2], one after another (kogc.ir.executor.rope_table_offset)
+        # every table [max_pos, head_dim / 2], one after another (kogc.ir.executor.rope_table_offsets)
         cos, sin = zip(*(rope_angles(p, rope) for rope in rope_tables(graph) for p in range(max_pos)))
         cos, sin = torch.cat(cos), torch.cat(sin)
     else:

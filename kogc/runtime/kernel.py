@@ -64,7 +64,7 @@ def _check_types(prompt, **args) -> None:
     if not (eos is None or _is_int(eos) or (isinstance(eos, (list, tuple)) and all(_is_int(t) for t in eos))):
         raise KogcError(f"eos_token_id must be an integer or a list of integers, got {eos!r}")
     if len(stop_ids(eos)) > MAX_STOP:
-        raise KogcError(f"eos_token_id names {len(stop_ids(eos))} tokens: the kernel stops at up to {MAX_STOP}")
+        raise KogcError(f"eos_token_id names {len(eos)} tokens: the kernel stops at up to {MAX_STOP}")
     for name in ("temperature", "top_p"):
         x = args[name]
         if (x is not None or name == "temperature") and not (isinstance(x, numbers.Real) and not isinstance(x, bool)):
@@ -129,8 +129,8 @@ class CompiledKernel:
                host_poll: bool = False, step0: int = 0, grid=None, view=None, epoch0: int | None = None) -> None:
         """Enqueue `nsteps` decode steps in one launch, from `token` at `pos` (no host synchronisation,
         no checks: see `step` and `generate`). Epochs advance by `nsteps`; after an early stop at one of
-        the `stop` ids `generate` sets them to the steps actually run. host_poll: the host reads `out` while the kernel
-        runs (each step's count is then published system-wide, which costs the step a MEMBAR.SYS).
+        the `stop` ids `generate` sets them to the steps actually run. host_poll: the host reads `out` while
+        the kernel runs (each step's count is then published system-wide, which costs the step a MEMBAR.SYS).
         step0: the first step's number for the sampling noise (a generation cut into launches).
         grid, view: a launch of part of the queues (kogc.runtime.ranks: one segment under the
         interpreter) with the tensor arguments `view` gives for it, and `epoch0` the step's epoch (the
@@ -142,7 +142,8 @@ class CompiledKernel:
         args = self.buffers.kernel_args(out) if view is None else view
         with interpreter(self.interpret) if self.interpret else contextlib.nullcontext():
             self.compiled = self.kernel[grid or self._grid](
-                *args, int(token), int(pos), epoch0, self.watchdog_spins, int(nsteps), *stops, int(seed), float(temperature), int(top_k), float(top_p), int(host_poll), int(step0),
+                *args, int(token), int(pos), epoch0, self.watchdog_spins, int(nsteps), *stops, int(seed),
+                float(temperature), int(top_k), float(top_p), int(host_poll), int(step0),
                 FILTER=int(self.needs_filter(temperature, top_k, top_p)), **self._launch_options)
 
     def needs_filter(self, temperature: float, top_k: int, top_p: float) -> bool:

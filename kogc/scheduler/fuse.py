@@ -37,7 +37,8 @@ class Term:
 
 @dataclass
 class FusedOp:
-    kind: str                    # embed | matvec | attention | head_norm | residual | normed_residual | final_norm | argmax
+    kind: str                    # embed | matvec | attention | head_norm | residual | normed_residual | final_norm
+                                 # | argmax
     node: str                    # the IR node it is built around
     lanes: int                   # 0: one instance; L: one per lane
     p: dict = field(default_factory=dict)
