@@ -74,8 +74,9 @@ def test_gemma3_on_the_gpu(tmp_path):
     # transformers' Gemma 3 with Gemma-3-1B's widths and vocabulary (hidden 1152, heads of 256, one KV head,
     # 262,144 tokens; 4 layers, the third global: two RoPE tables), fp16 random weights with random norm
     # scales, from its directory as `kogc check --model-dir` reads it: GELU-gated MLP, (1 + w) norms, each
-    # sublayer's output normed before the residual add; 64 steps and a 64-token one-launch generation
-    # against eager (tie-aware)
+    # sublayer's output normed before the residual add, the local layers' sliding window (shortened from 512
+    # to 32 positions, in a cache of 512: the 64 steps pass it); 64 steps and a 64-token one-launch
+    # generation against eager (tie-aware)
     import torch
     transformers = pytest.importorskip("transformers")
 
@@ -83,7 +84,7 @@ def test_gemma3_on_the_gpu(tmp_path):
     torch.manual_seed(0)
     cfg = transformers.Gemma3TextConfig(vocab_size=262144, hidden_size=1152, intermediate_size=6912, num_hidden_layers=4,
                                         num_attention_heads=4, num_key_value_heads=1, head_dim=256,
-                                        query_pre_attn_scalar=256, sliding_window=512, max_position_embeddings=32768,
+                                        query_pre_attn_scalar=256, sliding_window=32, max_position_embeddings=32768,
                                         layer_types=["sliding_attention"] * 2 + ["full_attention", "sliding_attention"])
     model = transformers.Gemma3ForCausalLM(cfg).eval().requires_grad_(False)
     for name, p in model.named_parameters():

@@ -12,7 +12,6 @@ import torch.nn.functional as F
 from conftest import EXAMPLES, rel_err
 
 import kogc
-from kogc.errors import ModelFileError
 from kogc.frontend import FrontendError, to_ir
 
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="CPU interpreter path (GPU covered by test_gpu)")
@@ -411,13 +410,6 @@ def test_bf16_kernel_follows_the_ir(make):
         assert logits.dtype == torch.bfloat16 and rel_err(logits.float(), want.float()) < 2.5e-2, pos
 
 
-def test_gemma3_window_shorter_than_the_cache_is_refused():
-    # its local layers' window of 16 would bite in a cache of 32 positions; without max_len the cache is the window
-    with pytest.raises(ModelFileError, match="sliding-window attention \\(16 positions\\)"):
-        kogc.frontend.decode_step(gemma3(sliding_window=16), max_len=32)
-    assert kogc.frontend.decode_step(gemma3(sliding_window=16)).max_len == 16
-
-
 @pytest.mark.parametrize("pairs", [False, True])
 def test_erf_gelu_mlp_equals_eager(pairs):
     # Llama's MLP gated by GELU (erf's, hidden_act="gelu"): act(gate) * up formed by W2 or by gated pairs
@@ -537,7 +529,9 @@ class OneLayer(torch.nn.Module):
         self.kc[:, :, pos.reshape(1)] = k
         self.vc[:, :, pos.reshape(1)] = v
         rep = (lambda c: c.repeat_interleave(2, 1)) if self.repeat == "interleave" else (lambda c: c.repeat(1, 2, 1, 1))
-        mask = (torch.arange(8) <= pos)[None, None, None, :] if self.mask == "causal" else None
+        allowed = {"causal": torch.arange(8) <= pos, "window": (torch.arange(8) <= pos) & (torch.arange(8) > pos - 3),
+                   "sink": (torch.arange(8) <= pos) & ((torch.arange(8) > pos - 3) | (torch.arange(8) == 0))}
+        mask = allowed[self.mask][None, None, None, :] if self.mask in allowed else None
         y = F.scaled_dot_product_attention(q, rep(self.kc), rep(self.vc), attn_mask=mask,
                                            is_causal=self.mask == "is_causal", scale=self.scale)
         h = self.act(self.up(y.transpose(1, 2).reshape(1, 1, 16)))
@@ -548,6 +542,7 @@ class OneLayer(torch.nn.Module):
 @pytest.mark.parametrize("kwargs,needle", [
     (dict(mask=None), "needs a causal mask"),
     (dict(mask="is_causal"), "is_causal=True"),
+    (dict(mask="sink"), "neither causal nor a sliding window"),     # a window and position 0 (attention sinks)
     (dict(scale=0.3, query="input"), "scaled by 0.3"),     # (of a projection's output, it is folded into it)
     (dict(repeat="tile"), "KV heads repeated in order"),
     (dict(norm="layer"), "aten.layer_norm"),

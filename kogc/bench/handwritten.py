@@ -2,7 +2,7 @@
 
 A plain Llama-shaped step with the model's sizes (one lane: a Laneformer's lanes change how its sums are
 made, not the bytes): fused QKV and gate/up matrices, F.rms_norm, SDPA over a KV cache trimmed to the
-positions in use, the LM head and its maximum; random fp16 weights (it times the shape, not a model).
+positions in use (a sliding window's layer over its window), the LM head and its maximum; random fp16 weights (it times the shape, not a model).
 `kogc bench` replays it in ONE CUDA graph, alone and after torch.compile; `kogc bench --gpus G` runs it
 Megatron-style on G ranks (heads, KV heads and MLP split, the LM head by vocabulary, an all-reduce after
 the attention output and after the MLP: kogc.bench.tp)."""
@@ -29,6 +29,7 @@ class Shapes:
     qkv_bias: bool = False   # Q, K and V with a bias (Qwen2)
     qk_norm: bool = False    # q and k normed per head before RoPE (Qwen3)
     act: str = "silu"        # the gated MLP's activation: silu, gelu or gelu_tanh (Gemma)
+    windows: tuple = ()      # per layer, a sliding window's positions (0: all); () for none
 
 
 def shapes_of(schedule) -> Shapes:
@@ -47,7 +48,8 @@ def shapes_of(schedule) -> Shapes:
     return Shapes(hidden=head[0].p["k"], layers=len(att), heads=a.p["kv_heads"] * a.p["group"] * lanes,
                   kv_heads=a.p["kv_heads"] * lanes, head_dim=a.p["head_dim"], ffn=mlp[0][0] * lanes,
                   vocab=head[0].p["n"], qkv_bias=any(op.kind == "matvec" and op.p["bias"] for op in schedule.ops),
-                  qk_norm=any(op.kind == "head_norm" for op in schedule.ops), act=mlp[0][1].removesuffix("_mul"))
+                  qk_norm=any(op.kind == "head_norm" for op in schedule.ops), act=mlp[0][1].removesuffix("_mul"),
+                  windows=tuple(op.p.get("window", 0) for op in att) if any(op.p.get("window") for op in att) else ())
 
 
 def shapes_of_config(cfg) -> Shapes:
@@ -81,6 +83,8 @@ def step_fn(s: Shapes, context: int, device: str, seed: int = 0, world: int = 1,
     vc = torch.zeros_like(kc)
     mask = torch.full((ctx,), float("-inf"), device=device, dtype=dtype)
     mask[:context + 1] = 0
+    # a sliding window's layer attends its last W positions only: its cache rows from there on
+    first = [max(0, context + 1 - w) if w else 0 for w in s.windows or [0] * NL]
     ones = torch.ones(D, device=device, dtype=dtype)
     ones_hd = torch.ones(hd, device=device, dtype=dtype)
     tok = torch.zeros(1, dtype=torch.long, device=device)
@@ -97,8 +101,9 @@ def step_fn(s: Shapes, context: int, device: str, seed: int = 0, world: int = 1,
                 q, k = F.rms_norm(q.view(h_, hd), (hd,), ones_hd), F.rms_norm(k.view(kv_, hd), (hd,), ones_hd)
             kc[i].index_copy_(1, pos, k.view(kv_, 1, hd))
             vc[i].index_copy_(1, pos, v.view(kv_, 1, hd))
-            o = F.scaled_dot_product_attention(q.view(1, h_, 1, hd), kc[i][None], vc[i][None],
-                                               attn_mask=mask[None, None, None], enable_gqa=True)
+            lo = first[i]
+            o = F.scaled_dot_product_attention(q.view(1, h_, 1, hd), kc[i][None, :, lo:], vc[i][None, :, lo:],
+                                               attn_mask=mask[None, None, None, lo:], enable_gqa=True)
             a = o.reshape(1, -1) @ wo[i].t()
             reduce(a)
             x = x + a

@@ -78,7 +78,7 @@ def read_bandwidth(gib: int = 2, reps: int = 20, warm_s: float = 0.3) -> float:
 
 def bytes_per_token(ck, pos: int, as_model: bool = False) -> int:
     """What one decode step must read: every streamed weight, one embedding row, the norm scales,
-    and the KV cache up to `pos` (keys and values of every layer and lane). The weights as the kernel
+    and the KV cache up to `pos` (keys and values of every layer and lane; a sliding window's last W). The weights as the kernel
     stores them (FP8 with their scales), or `as_model`: in the model's dtype, what a stack that streams
     the model's own weights (a baseline beside an FP8 kernel) must read."""
     es = ESIZE[ck.schedule.dtype]
@@ -90,7 +90,8 @@ def bytes_per_token(ck, pos: int, as_model: bool = False) -> int:
     kv = 0
     for op in ck.schedule.ops:
         if op.kind == "attention":
-            kv += 2 * max(op.lanes, 1) * op.p["kv_heads"] * (pos + 1) * op.p["head_dim"] * es
+            positions = min(pos + 1, op.p.get("window") or pos + 1)     # a sliding window reads its last W
+            kv += 2 * max(op.lanes, 1) * op.p["kv_heads"] * positions * op.p["head_dim"] * es
     return weights + emb_row + ck.schedule.layout.sizes["small"] * es + kv
 
 

@@ -47,6 +47,7 @@ def render(schedule: Schedule, kernel_name: str = KERNEL_NAME, interpret: bool =
         # Triton 3.6's interpreter multiplies bf16 matrices wrongly (tl.dot: errors of 1e10): there its
         # operands are widened to fp32 first, which changes no product (bf16 x bf16 is exact in fp32)
         widen_dot=interpret and schedule.dtype == "bfloat16",
+        attn_window=any(t.args[T.A_WINDOW] for t in schedule.tasks if t.kind == "attention"),
         kv_line=128 // ESIZE[schedule.dtype],        # KV-cache elements per 128-byte line (the activations' dtype)
         run_vids={i for i, v in enumerate(schedule.variants) if v in schedule.run_variants},
         npeer=schedule.ranks - 1, remote_bit=T.REMOTE_BIT,

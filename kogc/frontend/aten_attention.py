@@ -11,7 +11,7 @@ import torch.fx as fx
 from ..ir.graph import Op, ValueType
 from .aten_values import (CASTS, DTYPE_NAMES, MATMUL, REORDER, SAME, SOFTMAX, Cache, Const, PosFn, Scores, Vec, aten,
                           flat_args, meta, op_name, short, squeezed)
-from .probe import causal_allowed, is_causal_at, probe_positions
+from .probe import causal_allowed, probe_positions, window_of
 
 
 class AttentionLowering:
@@ -89,19 +89,24 @@ class AttentionLowering:
             self.fail("query heads must use the KV heads repeated in order (repeat_interleave or expand "
                       "over a new axis after the KV-head axis)")
 
-    def check_mask(self, mask, kind: str):
+    def mask_window(self, mask, kind: str) -> int:
+        """The window a causal mask keeps (0: every position up to pos); anything else is refused."""
         if mask is None:
             self.fail("attention over a static KV cache needs a causal mask (without one it reads unwritten rows)")
         if not isinstance(self.env.get(mask), PosFn):
             self.fail("an attention mask that depends on more than the position is not supported")
-        for p in probe_positions(self.max_pos):
+
+        def allowed_at(p):
             m = self.posgraph.value(mask, p)
-            try:
-                allowed = causal_allowed(m, kind == "additive") if kind != "fill" else ~m.bool()
-            except ValueError as e:
-                self.fail(str(e))
-            if not is_causal_at(allowed, p):
-                self.fail(f"the attention mask at position {p} is not causal (positions 0..{p} of the cache)")
+            return causal_allowed(m, kind == "additive") if kind != "fill" else ~m.bool()
+        try:
+            window = window_of(allowed_at, self.max_pos)
+        except ValueError as e:
+            self.fail(str(e))
+        if window is None:
+            self.fail(f"the attention mask is neither causal nor a sliding window (each position p attending "
+                      f"0..p, or the last W positions up to p) over the cache's {self.max_pos} positions")
+        return window
 
     def check_scale(self, q: str, scale: float, hd: int) -> None:
         """The kernel's attention scales by 1/sqrt(head_dim); another scale (Granite's attention_multiplier)
@@ -128,8 +133,9 @@ class AttentionLowering:
         for w in weights:
             self.scale_param(w, factor)
 
-    def attention(self, q: str, k: Cache, v: Cache) -> Vec:
-        return Vec(self.emit(Op.ATTENTION, [q, k.ir, v.ir, self.pos_ir], hint="attn"))
+    def attention(self, q: str, k: Cache, v: Cache, window: int) -> Vec:
+        return Vec(self.emit(Op.ATTENTION, [q, k.ir, v.ir, self.pos_ir], {"window": window} if window else None,
+                             hint="attn"))
 
     def sdpa(self, n: fx.Node):
         names = ["query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa"]
@@ -150,11 +156,11 @@ class AttentionLowering:
             self.fail("attention dropout is not supported")
         for c in (k, v):
             self.heads(c, nq, False, bool(a.get("enable_gqa")))
-        self.check_mask(a.get("attn_mask"), "bool" if meta(a.get("attn_mask")) is not None and
-                        meta(a["attn_mask"]).dtype == torch.bool else "additive")
+        window = self.mask_window(a.get("attn_mask"), "bool" if meta(a.get("attn_mask")) is not None and
+                                  meta(a["attn_mask"]).dtype == torch.bool else "additive")
         if a.get("scale") is not None:
             self.check_scale(q, a["scale"], hd)
-        return self.attention(q, k, v)
+        return self.attention(q, k, v, window)
 
     def written_attention(self, n: fx.Node):
         t, args = n.target, n.args
@@ -186,9 +192,9 @@ class AttentionLowering:
             return Scores(s.q, s.k, s.scale, s.mask, probs=True)
         if t in MATMUL and s.probs and isinstance(k[1], Cache):
             self.heads(k[1], self.types[s.q].shape[0] // s.k.hd, False)
-            self.check_mask(s.mask[0] if s.mask else None, s.mask[1] if s.mask else "")
+            window = self.mask_window(s.mask[0] if s.mask else None, s.mask[1] if s.mask else "")
             self.check_scale(s.q, s.scale, s.k.hd)
-            return self.attention(s.q, s.k, k[1])
+            return self.attention(s.q, s.k, k[1], window)
         self.fail(f"unsupported op {op_name(n)} on attention scores")
 
 

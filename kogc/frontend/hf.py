@@ -13,8 +13,6 @@ import inspect
 import torch
 from torch import nn
 
-from ..errors import ModelFileError
-
 DEFAULT_MAX_LEN = 4096
 
 
@@ -36,21 +34,16 @@ class DecodeStep(nn.Module):
         if fp8:
             self.kogc_fp8_weights = {"model." + k: v for k, v in fp8.items()}
         window = getattr(config, "sliding_window", None) if getattr(config, "use_sliding_window", True) else None
-        if window and window < self.max_len and max_len is None:
-            self.max_len = window       # (by default the longest cache the window never bites: Gemma-3-1B's 512)
-        if window and window < self.max_len:
-            raise ModelFileError(f"{type(model).__name__}: sliding-window attention ({window} "
-                                 f"positions) is not supported; pass max_len <= {window}")
-        # a window at least as long as the cache never bites: the step runs the plain causal path (the
-        # sliding-window cache and mask of transformers capture as a mask fixed at one position)
-        # (where the model names each layer's kind, as Gemma 3 does, its windowed layers keep their window, no
-        # shorter than the cache: their mask is the causal one, and the cache's layers are all full ones)
-        layered = bool(getattr(config, "layer_types", None))
-        self.no_window = bool(window) and not layered
+        # Every layer's cache holds all max_len positions, indexed by position (transformers' sliding-window
+        # layers keep a rolling buffer of the window instead): the cache is made from the config with its
+        # windows off, while the model keeps them in its masks, which kogc reads as a sliding window per
+        # layer. A window no shorter than the cache never bites: a model without per-layer kinds then runs
+        # its plain causal path.
+        self.no_window = bool(window) and window >= self.max_len and not getattr(config, "layer_types", None)
         if window:
             config = copy.copy(config)
             config.sliding_window = None
-            if layered:
+            if getattr(config, "layer_types", None):
                 config.layer_types = ["full_attention"] * len(config.layer_types)
         # (transformers 5 names the cache argument `cache`; earlier versions `past_key_values`)
         self.cache_arg = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"

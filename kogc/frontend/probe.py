@@ -160,8 +160,32 @@ def causal_allowed(mask: torch.Tensor, additive: bool) -> torch.Tensor:
     return m == 0
 
 
-def is_causal_at(allowed: torch.Tensor, pos: int) -> bool:
-    """Whether every row of `allowed` (broadcast over heads, last axis the cache) is 0..pos."""
+def attended_from(allowed: torch.Tensor, pos: int) -> int | None:
+    """The first position every row of `allowed` (broadcast over heads, last axis the cache) attends, where
+    each row is one run lo..pos; None for any other shape."""
     S = allowed.shape[-1]
-    want = torch.arange(S) <= pos
-    return bool((allowed.reshape(-1, S) == want).all())
+    rows = allowed.reshape(-1, S)
+    idx = torch.arange(S)
+    lo = int(idx[rows[0]].min()) if bool(rows[0].any()) else pos + 1
+    want = (idx >= lo) & (idx <= pos)
+    return lo if lo <= pos and bool((rows == want).all()) else None
+
+
+def window_of(allowed_at, max_pos: int) -> int | None:
+    """The window of a causal mask: 0 where position p attends 0..p at every probed position (plain
+    causal, or a window the cache never exceeds), W where it attends max(0, p - W + 1)..p (a sliding
+    window of W positions: Mistral's, Gemma 3's local layers); None for any other mask. `allowed_at(p)`
+    is the mask's allowed positions at p; the window found is checked again on both sides of its edge."""
+    firsts = {p: attended_from(allowed_at(p), p) for p in probe_positions(max_pos)}
+    if None in firsts.values():
+        return None
+    widths = {p - lo + 1 for p, lo in firsts.items() if lo > 0}
+    if len(widths) > 1:
+        return None
+    window = widths.pop() if widths else 0
+    edge = [p for p in (window - 1, window, window + 1) if window and 0 <= p < max_pos]
+    for p in list(firsts) + edge:
+        lo = firsts[p] if p in firsts else attended_from(allowed_at(p), p)
+        if lo != (max(0, p - window + 1) if window else 0):
+            return None
+    return window

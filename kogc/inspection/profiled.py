@@ -12,6 +12,7 @@ import numpy as np
 from ..analysis.stamps import check_fits, load_stamps, schedule_for
 from ..errors import KogcError
 from ..runtime.profile import kind_key, summarize_times
+from ..scheduler.tasks import A_WINDOW
 from . import costs
 from .build import Inspected, from_schedule
 
@@ -52,9 +53,11 @@ def load_profile(path: str, ins: Inspected | None = None, kind_us: dict | None =
 
 
 def attention_bytes(t, esize: int, context: int) -> int:
-    """What an attention task reads at `context` positions (K and V of its split: 2 x positions x head_dim)."""
+    """What an attention task reads at `context` positions (K and V of its split: 2 x positions x head_dim;
+    a sliding window's split of its last W)."""
     _, _, hd, ns = t.variant[:4]
-    return 2 * math.ceil((context + 1) / ns) * hd * esize
+    positions = min(context + 1, t.args[A_WINDOW] or context + 1)
+    return 2 * math.ceil(positions / ns) * hd * esize
 
 
 def task_bytes(ins: Inspected, context: int | None) -> list[int]:

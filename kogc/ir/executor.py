@@ -111,8 +111,9 @@ def _attention(node, args, types):
     q, k, v, pos = args
     kv, _, hd = types[1].shape
     p = int(pos) + 1
+    lo = max(0, p - node.attrs["window"]) if node.attrs.get("window") else 0     # a sliding window's first
     qh = q.float().reshape(q.shape[:-1] + (kv, -1, hd))              # [.., kv, group, hd]
-    keys, vals = k[..., :p, :].float(), v[..., :p, :].float()       # [.., kv, p, hd]
+    keys, vals = k[..., lo:p, :].float(), v[..., lo:p, :].float()   # [.., kv, p - lo, hd]
     scores = qh @ keys.transpose(-1, -2) / hd ** 0.5                # [.., kv, group, p]
     out = torch.softmax(scores, dim=-1) @ vals                      # [.., kv, group, hd]
     return out.reshape(q.shape).to(q.dtype)

@@ -31,7 +31,8 @@ class Op(enum.Enum):
     MATVEC = "matvec"                # (W [N, K], x [K][, bias [N]]) -> [N], per lane when W is lane-batched
     ROPE = "rope"                    # interleaved pairs; (x [n*hd], pos); attrs: head_dim, theta
     KV_WRITE = "kv_write"            # (cache [kv, S, hd], x [kv*hd], pos) -> the cache, row pos written
-    ATTENTION = "attention"          # (q [nq*hd], k_cache, v_cache, pos) -> [nq*hd]; GQA within a lane
+    ATTENTION = "attention"          # (q [nq*hd], k_cache, v_cache, pos) -> [nq*hd]; GQA within a lane; attrs:
+                                     # window W (a sliding window: positions max(0, pos-W+1)..pos; absent: 0..pos)
     LANE_SUM = "lane_sum"            # lane-batched x -> replicated sum over lanes (immediate reduction)
     LANE_SUM_OTHERS = "lane_sum_others"  # lane-batched x -> lane l gets sum over j != l (delayed reduction)
     LANE_MEAN = "lane_mean"          # lane-batched x -> replicated mean over lanes

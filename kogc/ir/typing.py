@@ -127,6 +127,9 @@ def _attention(ins, attrs):
     kv, _, hd = k.shape
     if len(q.shape) != 1 or q.shape[0] % (kv * hd) or q.lanes != k.lanes:
         raise IRTypeError(f"attention query {q} does not fit caches {k} (needs a multiple of {kv}*{hd} per lane)")
+    window = attrs.get("window", 0)
+    if not isinstance(window, int) or window < 0:
+        raise IRTypeError(f"attention window {window!r}: a number of positions >= 1 (or absent)")
     return q
 
 

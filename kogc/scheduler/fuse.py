@@ -128,7 +128,8 @@ def fuse(graph: Graph, cfg=None) -> list[FusedOp]:
             kv, _, hd = kw.type.shape
             take(n.name)
             add("attention", n, n.type.lanes, q=q.name, k_cache=kw.inputs[0], v_cache=vw.inputs[0],
-                kv_heads=kv, head_dim=hd, group=n.type.shape[0] // (kv * hd), max_pos=kw.type.shape[1])
+                kv_heads=kv, head_dim=hd, group=n.type.shape[0] // (kv * hd), max_pos=kw.type.shape[1],
+                window=n.attrs.get("window", 0))
         elif n.op is Op.ADD and n.name not in residual_done:
             terms = _residual_terms(n, by)
             if terms is not None:

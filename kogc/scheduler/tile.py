@@ -17,7 +17,7 @@ from .errors import SchedulerError
 from .fuse import (ALL, ATTN_COMBINE, GATED_KINDS, OTHERS, OWN, PLAIN, RESIDUAL, ROPE_CACHE, ROPE_STORE, STORE_ARGMAX,
                    FusedOp, is_pow2)
 from .tasks import (A_BIAS, A_CACHE, A_EPS, A_H, A_KEYS, A_OUT, A_OWN_COEF, A_RECV, A_RECV_STRIDE, A_RES_OUT, A_ROPE, A_ROW0,
-                    A_SLOT, A_TERM, A_TERM_COEF, A_TERM_SEL, A_TERM_STRIDE, A_X, A_X2, NARGS, SELECT_CODES,
+                    A_SLOT, A_TERM, A_TERM_COEF, A_TERM_SEL, A_TERM_STRIDE, A_WINDOW, A_X, A_X2, NARGS, SELECT_CODES,
                     TOKEN_KEYS, Exchange, Region, Task, WeightTile)
 
 def f32_bits(x: float) -> int:
@@ -359,7 +359,7 @@ def _tile_attention(op, by, lay, val, new, cfg, es, lanes_of):
         # write: the consumer waits for all of them), and one arrival counter (int32) per KV head
         val(op.node)
         lay.alloc(f"{op.node}.arrivals", "f32", kv, op.lanes)
-    ctx = min(cfg.cost_context, S)
+    ctx = min(cfg.cost_context, S, p.get("window") or S)
     for l in lanes_of(op):
         pbase = lay.slots[f"{op.node}.partials"][1] + max(l, 0) * per_lane
         for kh in range(kv):
@@ -367,7 +367,7 @@ def _tile_attention(op, by, lay, val, new, cfg, es, lanes_of):
             vbase = lay.at(p["v_cache"], l) + kh * S * hd
             for j in range(ns):
                 a = _args({A_X: lay.at(p["q"], l, kh * g * hd), A_X2: kbase, A_CACHE: vbase, A_OUT: pbase,
-                           A_ROW0: j, A_SLOT: kh})
+                           A_ROW0: j, A_SLOT: kh, A_WINDOW: p.get("window", 0)})
                 reads = [lay.region(p["q"], l, kh * g * hd, (kh + 1) * g * hd),
                          Region("kv", kbase, kbase + S * hd), Region("kv", vbase, vbase + S * hd)]
                 acc0 = pbase + j * K + kh * g * hd
