@@ -1,11 +1,11 @@
 """A transformers Gemma3ForCausalLM of Gemma-3-1B's config (26 layers, five local layers with a window of 512 to
 each global one, RoPE bases 10,000 and 1,000,000, tied embeddings of 262,144 tokens) with random fp16 weights
 and random norm scales, built on the GPU and saved as a model directory, for `kogc check` / `kogc bench` on a
-machine that cannot receive 2 GB of weights (its window allows a cache of 512 positions at most):
+machine that cannot receive 2 GB of weights (the local layers attend their last 512 positions of a cache of all):
 
     python experiments/make_transformers_gemma3.py /tmp/gemma3-1b
-    kogc check --model-dir /tmp/gemma3-1b --max-len 512 --steps 256 --generate 128
-    kogc bench --model-dir /tmp/gemma3-1b --max-len 512 --context 256 --steps 50 --reps 5
+    kogc check --model-dir /tmp/gemma3-1b --max-len 2048 --steps 256 --generate 128
+    kogc bench --model-dir /tmp/gemma3-1b --max-len 2048 --context 1024 --steps 50 --reps 5
 """
 import sys
 import time
