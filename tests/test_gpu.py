@@ -70,6 +70,29 @@ def test_fp8_weights_on_the_gpu(model_file, preset):
 
 
 @pytest.mark.gpu
+def test_gemma2_on_the_gpu(tmp_path):
+    # transformers' Gemma 2 (4 layers, a width of 512, heads of 128; Gemma 2's soft caps: scores at 50, logits at
+    # 30; local layers with a window of 32 in a cache of 512), fp16 random weights and norm scales, from its
+    # directory; 64 steps and a 64-token one-launch generation against eager (tie-aware)
+    import torch
+    transformers = pytest.importorskip("transformers")
+
+    from kogc.check import run_check
+    torch.manual_seed(0)
+    cfg = transformers.Gemma2Config(vocab_size=32000, hidden_size=512, intermediate_size=2048, num_hidden_layers=4,
+                                    num_attention_heads=4, num_key_value_heads=2, head_dim=128, sliding_window=32,
+                                    query_pre_attn_scalar=128, max_position_embeddings=8192)
+    model = transformers.Gemma2ForCausalLM(cfg).eval().requires_grad_(False)
+    for name, p in model.named_parameters():
+        if "norm" in name:
+            p.normal_(0, 0.3)
+    model.half().save_pretrained(tmp_path)
+    res = run_check(str(tmp_path), None, steps=64, generate=64, prompt=[2, 3, 4, 5], overrides={"max_len": 512},
+                    quiet=True)
+    assert res["passed"], res["failures"]
+
+
+@pytest.mark.gpu
 def test_gemma3_on_the_gpu(tmp_path):
     # transformers' Gemma 3 with Gemma-3-1B's widths and vocabulary (hidden 1152, heads of 256, one KV head,
     # 262,144 tokens; 4 layers, the third global: two RoPE tables), fp16 random weights with random norm

@@ -48,6 +48,8 @@ def render(schedule: Schedule, kernel_name: str = KERNEL_NAME, interpret: bool =
         # operands are widened to fp32 first, which changes no product (bf16 x bf16 is exact in fp32)
         widen_dot=interpret and schedule.dtype == "bfloat16",
         attn_window=any(t.args[T.A_WINDOW] for t in schedule.tasks if t.kind == "attention"),
+        attn_softcap=model_constant(schedule, "attention", "softcap"),
+        logit_softcap=model_constant(schedule, "matvec", "softcap"),
         kv_line=128 // ESIZE[schedule.dtype],        # KV-cache elements per 128-byte line (the activations' dtype)
         run_vids={i for i, v in enumerate(schedule.variants) if v in schedule.run_variants},
         npeer=schedule.ranks - 1, remote_bit=T.REMOTE_BIT,
@@ -55,6 +57,15 @@ def render(schedule: Schedule, kernel_name: str = KERNEL_NAME, interpret: bool =
         release_fence_sys_asm=schedule.target.release_fence_sys_asm,
         volatile_loads=schedule.target.volatile_loads, target_desc=schedule.target,
         threads=schedule.target.num_warps * schedule.target.warp_size)
+
+
+def model_constant(schedule: Schedule, kind: str, key: str) -> float:
+    """A fused-op parameter that is one constant for the whole model, rendered into the kernel (a soft cap:
+    Gemma 2's on every layer's attention scores, and on the logits): 0.0 where no op of the kind has it."""
+    values = {op.p.get(key, 0.0) for op in schedule.ops if op.kind == kind} - {0.0}
+    if len(values) > 1:
+        raise ValueError(f"{kind} ops with different {key} values {sorted(values)}: kogc renders one per model")
+    return values.pop() if values else 0.0
 
 
 def _pow2_divisor(values, cap: int = 16) -> int:

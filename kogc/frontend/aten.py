@@ -30,7 +30,7 @@ from ..ir.views import derive_step, view_name
 from .aten_attention import AttentionLowering
 from .aten_rope import RopeLowering
 from .aten_values import (CASTS, DTYPE_NAMES, IGNORED, MATMUL, REORDER, SAME, Cache, Const, Norm, PosFn, Region, Scores,
-                          Split, Tok, Vec, aten, flat_args, keeps_order, meta, op_name, short, squeezed)
+                          SoftCap, Split, Tok, Vec, aten, flat_args, keeps_order, meta, op_name, short, squeezed)
 from .builder import IRBuilder
 from .probe import PosGraph
 from .trace import user_frame
@@ -71,7 +71,7 @@ class AtenLowering(IRBuilder, RopeLowering, AttentionLowering):
         self.name = name
         self.consts: dict[fx.Node, torch.Tensor] = {}
         self.pos_node = self.token_ir = self.pos_ir = None
-        self.replicated: dict[str, str] = {}
+        self.replicated: dict = {}        # the LM head's output (and its soft cap) -> its replicated matvec
         self.ropes: dict[fx.Node, str] = {}
         self.ropes_seen: list[dict] = []            # each distinct ROPE attrs (rope_attrs), in order
         self.probed: dict[tuple, object] = {}      # region signature -> the probed Rope
@@ -163,7 +163,8 @@ class AtenLowering(IRBuilder, RopeLowering, AttentionLowering):
         outs = n.args[0] if isinstance(n.args[0], (tuple, list)) else (n.args[0],)
         if len(outs) != 2:
             self.fail(f"a decode step returns (logits, next token); this one returns {len(outs)} values")
-        logits = self.replicate(self.vec(outs[0]))
+        out0 = self.env.get(outs[0])
+        logits = self.replicate(out0.vec, out0.softcap) if isinstance(out0, SoftCap) else self.replicate(self.vec(outs[0]))
         tok = self.env.get(outs[1])
         if not (isinstance(tok, Vec) and self.by_name(tok.ir).op is Op.ARGMAX):
             self.fail("the second output must be the argmax of the logits")
@@ -193,6 +194,8 @@ class AtenLowering(IRBuilder, RopeLowering, AttentionLowering):
             return self.cache_view(n)
         if any(isinstance(k, (Scores,)) for k in kinds) or t in MATMUL:
             return self.written_attention(n)
+        if any(isinstance(k, SoftCap) for k in kinds):
+            return self.soft_capped(n)
         if any(isinstance(k, Norm) for k in kinds) or t in (aten.pow.Tensor_Scalar, aten.rsqrt.default):
             r = self.norm(n)
             if r is not None:
@@ -266,6 +269,13 @@ class AtenLowering(IRBuilder, RopeLowering, AttentionLowering):
             approx = n.kwargs.get("approximate", n.args[1] if len(n.args) > 1 else "none")
             op = Op.GELU_TANH if approx == "tanh" else Op.GELU
             return Vec(self.emit(op, [self.vec(n.args[0])], hint=op.value))
+        if t is aten.tanh.default:
+            x = self.vec(n.args[0])
+            node = self.by_name(x)
+            if node.op is not Op.MATVEC or len(node.inputs) == 3 or x in self.replicated.values():
+                self.fail("tanh of an activation is supported only as the logits' soft cap (c * tanh(logits / c), "
+                          "the LM head's output)")
+            return SoftCap(x)
         if t is aten.neg.default:
             return Vec(self.emit(Op.SCALE, [self.vec(n.args[0])], {"factor": -1.0}, hint="scale"))
         if t is aten.argmax.default:
@@ -311,11 +321,11 @@ class AtenLowering(IRBuilder, RopeLowering, AttentionLowering):
         return self.matvec_again(mv, ("rows", start, end), 1, mv.inputs[1],
                                  short(self.param_const(self.by_name(mv.inputs[0])).name))
 
-    def matvec_again(self, mv: Node, step: tuple | None, lanes: int, x: str, hint: str) -> str:
+    def matvec_again(self, mv: Node, step: tuple | None, lanes: int, x: str, hint: str, attrs: dict | None = None) -> str:
         """Matvec `mv` once more on input x: its weight and its bias (if any) seen through one more view
         step (None: none), with `lanes` lanes."""
         leaves = [self.param_again(self.by_name(name), step, lanes) for name in mv.inputs[:1] + mv.inputs[2:]]
-        return self.emit(Op.MATVEC, [leaves[0], x] + leaves[1:], hint=hint)
+        return self.emit(Op.MATVEC, [leaves[0], x] + leaves[1:], attrs, hint=hint)
 
     def param_again(self, p: Node, step: tuple | None, lanes: int) -> str:
         """PARAM p's parameter once more: through p's own view steps (less its lane axis) and `step`
@@ -453,8 +463,33 @@ class AtenLowering(IRBuilder, RopeLowering, AttentionLowering):
             self.fail("argmax over one axis of a matrix is not supported, only over the logits")
         return Vec(self.emit(Op.ARGMAX, [self.replicate(self.vec(n.args[0]))], hint="argmax"))
 
-    def replicate(self, ir: str) -> str:
-        """The LM head as one replicated matvec of the lane mean (the one-lane model's mean is its lane)."""
+    def soft_capped(self, n: fx.Node):
+        """Ops on soft-capped logits: views and casts, the cap's multiplier, the argmax."""
+        t, sc = n.target, self.env.get(n.args[0])
+        if isinstance(sc, SoftCap) and (t in SAME or t in CASTS) and keeps_order(n):
+            return sc
+        if isinstance(sc, SoftCap) and t is aten.argmax.default:
+            return Vec(self.emit(Op.ARGMAX, [self.replicate(sc.vec, sc.softcap)], hint="argmax"))
+        if t in (aten.mul.Tensor, aten.mul.Scalar):
+            caps = [self.env.get(a) for a in n.args[:2] if isinstance(self.env.get(a), SoftCap)]
+            consts = [a for a in n.args[:2] if isinstance(a, (int, float))]
+            if len(caps) == 1 and len(consts) == 1 and not caps[0].softcap:
+                return SoftCap(caps[0].vec, float(consts[0]))
+        self.fail(f"unsupported op {op_name(n)} after tanh: tanh of an activation is supported only as the logits' "
+                  f"soft cap (c * tanh(logits / c), the step's logits)")
+
+    def replicate(self, ir: str, softcap: float = 0.0) -> str:
+        """The LM head as one replicated matvec of the lane mean (the one-lane model's mean is its lane);
+        with softcap c its output is c * tanh(its product)."""
+        if softcap:
+            if not self.by_name(ir).type.lanes:
+                self.fail("soft-capped logits of a replicated LM head")
+            key = (ir, softcap)
+            if key not in self.replicated:
+                node = self.by_name(ir)
+                mean = self.emit(Op.LANE_MEAN, [node.inputs[1]], hint="lane_mean")
+                self.replicated[key] = self.matvec_again(node, None, 0, mean, "lm_head", {"softcap": softcap})
+            return self.replicated[key]
         if ir in self.replicated:
             return self.replicated[ir]
         node = self.by_name(ir)

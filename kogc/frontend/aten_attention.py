@@ -3,6 +3,7 @@ through views (GQA's repeated heads, k transposed), scaled_dot_product_attention
 written out, each checked by evaluating what depends on the position. A mixin of AtenLowering."""
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import torch
@@ -133,9 +134,9 @@ class AttentionLowering:
         for w in weights:
             self.scale_param(w, factor)
 
-    def attention(self, q: str, k: Cache, v: Cache, window: int) -> Vec:
-        return Vec(self.emit(Op.ATTENTION, [q, k.ir, v.ir, self.pos_ir], {"window": window} if window else None,
-                             hint="attn"))
+    def attention(self, q: str, k: Cache, v: Cache, window: int, softcap: float = 0.0) -> Vec:
+        attrs = {**({"window": window} if window else {}), **({"softcap": softcap} if softcap else {})}
+        return Vec(self.emit(Op.ATTENTION, [q, k.ir, v.ir, self.pos_ir], attrs or None, hint="attn"))
 
     def sdpa(self, n: fx.Node):
         names = ["query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa"]
@@ -179,22 +180,31 @@ class AttentionLowering:
             return s
         if t in (aten.mul.Tensor, aten.div.Tensor) and isinstance(k[1], (int, float)) and not s.probs:
             f = 1.0 / k[1] if t is aten.div.Tensor else k[1]
-            return Scores(s.q, s.k, s.scale * f, s.mask)
+            if s.tanh and not s.softcap and t is aten.mul.Tensor:       # c * tanh(..): a soft cap of c
+                return dataclasses.replace(s, softcap=float(f))
+            if not s.tanh:
+                return dataclasses.replace(s, scale=s.scale * f)
+        if t is aten.tanh.default and not (s.tanh or s.probs or s.mask):
+            return dataclasses.replace(s, tanh=True)
         if t is aten.add.Tensor and isinstance(k[1], PosFn) and s.mask is None:
-            return Scores(s.q, s.k, s.scale, (args[1], "additive"))
+            return dataclasses.replace(s, mask=(args[1], "additive"))
         if t in (aten.masked_fill.Scalar, aten.masked_fill.Tensor) and isinstance(k[1], PosFn) and s.mask is None:
             if not (isinstance(args[2], float) and args[2] <= -1e4):
                 self.fail("masked_fill of attention scores must fill with -inf")
-            return Scores(s.q, s.k, s.scale, (args[1], "fill"))
+            return dataclasses.replace(s, mask=(args[1], "fill"))
         if t in SOFTMAX and not s.probs:
             if args[1] % meta(args[0]).dim() != meta(args[0]).dim() - 1:
                 self.fail("softmax of attention scores must be over the cache positions (the last axis)")
-            return Scores(s.q, s.k, s.scale, s.mask, probs=True)
+            return dataclasses.replace(s, probs=True)
         if t in MATMUL and s.probs and isinstance(k[1], Cache):
             self.heads(k[1], self.types[s.q].shape[0] // s.k.hd, False)
             window = self.mask_window(s.mask[0] if s.mask else None, s.mask[1] if s.mask else "")
-            self.check_scale(s.q, s.scale, s.k.hd)
-            return self.attention(s.q, s.k, k[1], window)
+            if s.tanh and not s.softcap:
+                self.fail("tanh of attention scores is supported as a soft cap, c * tanh(scores / c)")
+            # c * tanh(scale * q.k): the kernel's scores (q.k / sqrt(hd), the query's projection scaled by
+            # scale * c * sqrt(hd)) capped as c * tanh(scores / c)
+            self.check_scale(s.q, s.scale * (s.softcap or 1.0), s.k.hd)
+            return self.attention(s.q, s.k, k[1], window, s.softcap)
         self.fail(f"unsupported op {op_name(n)} on attention scores")
 
 

@@ -63,6 +63,16 @@ class Scores:
     scale: float = 1.0
     mask: tuple | None = None        # (PosFn, "additive" | "bool" | "fill")
     probs: bool = False
+    tanh: bool = False               # tanh(scale * q.k) taken (a soft cap: Gemma 2's), times `softcap` next
+    softcap: float = 0.0
+
+
+@dataclass
+class SoftCap:
+    """softcap * tanh(vec): the logits soft-capped (Gemma 2's final_logit_softcapping; `vec` is the LM head's
+    output, the model's division by the cap folded into its rows); softcap 0 until the multiplier is seen."""
+    vec: str
+    softcap: float = 0.0
 
 
 @dataclass

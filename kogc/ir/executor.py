@@ -55,7 +55,10 @@ def _matvec(node, args, types):
     if types[0].lanes:
         y = torch.einsum("lnk,lk->ln", w, x)
         return y if b is None else y + b
-    return torch.nn.functional.linear(x, w, b)
+    y = torch.nn.functional.linear(x, w, b)
+    if node.attrs.get("softcap"):           # the LM head's soft cap (Gemma 2's logits): c tanh(W x)
+        y = (node.attrs["softcap"] * torch.tanh(y.float())).to(y.dtype)
+    return y
 
 
 def rope_tables(graph: Graph) -> list[dict]:
@@ -115,6 +118,8 @@ def _attention(node, args, types):
     qh = q.float().reshape(q.shape[:-1] + (kv, -1, hd))              # [.., kv, group, hd]
     keys, vals = k[..., lo:p, :].float(), v[..., lo:p, :].float()   # [.., kv, p - lo, hd]
     scores = qh @ keys.transpose(-1, -2) / hd ** 0.5                # [.., kv, group, p]
+    if node.attrs.get("softcap"):                                   # a soft cap (Gemma 2): c tanh(s / c)
+        scores = node.attrs["softcap"] * torch.tanh(scores / node.attrs["softcap"])
     out = torch.softmax(scores, dim=-1) @ vals                      # [.., kv, group, hd]
     return out.reshape(q.shape).to(q.dtype)
 

@@ -28,11 +28,13 @@ class Op(enum.Enum):
     SILU = "silu"
     GELU = "gelu"                    # erf's GELU (torch's approximate="none")
     GELU_TANH = "gelu_tanh"          # tanh's approximation (approximate="tanh": Gemma's gelu_pytorch_tanh)
-    MATVEC = "matvec"                # (W [N, K], x [K][, bias [N]]) -> [N], per lane when W is lane-batched
+    MATVEC = "matvec"                # (W [N, K], x [K][, bias [N]]) -> [N], per lane when W is lane-batched; attrs:
+                                     # softcap c on the LM head: c * tanh(W x) (Gemma 2's logits, 1/c in W's view)
     ROPE = "rope"                    # interleaved pairs; (x [n*hd], pos); attrs: head_dim, theta
     KV_WRITE = "kv_write"            # (cache [kv, S, hd], x [kv*hd], pos) -> the cache, row pos written
     ATTENTION = "attention"          # (q [nq*hd], k_cache, v_cache, pos) -> [nq*hd]; GQA within a lane; attrs:
-                                     # window W (a sliding window: positions max(0, pos-W+1)..pos; absent: 0..pos)
+                                     # window W (a sliding window: positions max(0, pos-W+1)..pos; absent: 0..pos),
+                                     # softcap c (scores s = q.k / sqrt(hd) taken as c * tanh(s / c): Gemma 2's)
     LANE_SUM = "lane_sum"            # lane-batched x -> replicated sum over lanes (immediate reduction)
     LANE_SUM_OTHERS = "lane_sum_others"  # lane-batched x -> lane l gets sum over j != l (delayed reduction)
     LANE_MEAN = "lane_mean"          # lane-batched x -> replicated mean over lanes

@@ -97,6 +97,8 @@ def _matvec(ins, attrs):
         b = ins[2]
         if b.shape != (w.shape[0],) or b.dtype != w.dtype or b.lanes not in (0, w.lanes):
             raise IRTypeError(f"a matvec's bias must be [{w.shape[0]}] of {w.dtype}, shared or per lane as W, got {b}")
+    if attrs.get("softcap") is not None and (w.lanes or len(ins) == 3 or not isinstance(attrs["softcap"], float)):
+        raise IRTypeError(f"a soft cap ({attrs['softcap']!r}) only on a shared, unbiased LM head, as a float")
     return ValueType((w.shape[0],), w.dtype, _lanes_of(ins))
 
 
@@ -130,6 +132,8 @@ def _attention(ins, attrs):
     window = attrs.get("window", 0)
     if not isinstance(window, int) or window < 0:
         raise IRTypeError(f"attention window {window!r}: a number of positions >= 1 (or absent)")
+    if not isinstance(attrs.get("softcap", 0.0), float):
+        raise IRTypeError(f"attention soft cap {attrs['softcap']!r}: a float (or absent)")
     return q
 
 

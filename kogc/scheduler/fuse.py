@@ -129,7 +129,7 @@ def fuse(graph: Graph, cfg=None) -> list[FusedOp]:
             take(n.name)
             add("attention", n, n.type.lanes, q=q.name, k_cache=kw.inputs[0], v_cache=vw.inputs[0],
                 kv_heads=kv, head_dim=hd, group=n.type.shape[0] // (kv * hd), max_pos=kw.type.shape[1],
-                window=n.attrs.get("window", 0))
+                window=n.attrs.get("window", 0), softcap=n.attrs.get("softcap", 0.0))
         elif n.op is Op.ADD and n.name not in residual_done:
             terms = _residual_terms(n, by)
             if terms is not None:
@@ -243,7 +243,7 @@ def _matvec(n: Node, by, users, order, take, residual_done, paired) -> FusedOp:
     elif any(u.op is Op.ARGMAX for u in us):
         if p["bias"]:
             raise SchedulerError(f"an LM head with a bias ({n.name}) is not supported, at {n.source or '?'}")
-        p.update(epilogue=STORE_ARGMAX, out=n.name)
+        p.update(epilogue=STORE_ARGMAX, out=n.name, softcap=n.attrs.get("softcap", 0.0))
     else:
         p.update(epilogue=STORE, out=n.name)
         # (a biased matvec stores its rows and a residual task adds them: the residual epilogue's
@@ -256,6 +256,8 @@ def _matvec(n: Node, by, users, order, take, residual_done, paired) -> FusedOp:
             own = [t for t in terms if t.value == n.name]
             p.update(epilogue=RESIDUAL, h=stream, res_out=add_node.name, own_coef=own[0].coef,
                      terms=[t for t in terms if t.value != n.name])
+    if n.attrs.get("softcap") and p["epilogue"] != STORE_ARGMAX:
+        raise SchedulerError(f"a soft cap on {n.name}, a matvec other than the LM head, is not supported, at {n.source or '?'}")
     return FusedOp("matvec", n.name, n.type.lanes, p, n.source, n.layer)
 
 
