@@ -52,7 +52,9 @@ def test_a_windowed_mask_gives_attention_its_window(monkeypatch, mask, window):
 @pytest.mark.parametrize("make,windows", [
     (lambda: gemma3(sliding_window=4), [4, 0]),                       # a local layer, then a global one
     (lambda: hf_model("MistralForCausalLM", sliding_window=5), [5, 5]),
-], ids=["gemma3", "mistral"])
+    (lambda: hf_model("Qwen2ForCausalLM", use_sliding_window=True, sliding_window=4, max_window_layers=1), [0, 4]),
+    (lambda: hf_model("Phi3ForCausalLM", sliding_window=3, pad_token_id=0), [3, 3]),      # (Phi-3-mini's: 2047)
+], ids=["gemma3", "mistral", "qwen2", "phi3"])
 def test_sliding_windows_equal_eager(make, windows):
     # a cache of 64 positions, every layer's full; 10 steps past windows of 4 and 5 (the IR at each, the
     # kernel at steps 0 and 9); and the eager step equal to the model's own forward over the whole sequence
