@@ -309,6 +309,21 @@ def test_norms_per_head_equal_eager():
     assert {p for op, p in phases if op in ("rope_rows", "rope", "v_proj")} == {"QKV"}
     assert {p for op, p in phases if op in ("gate_proj", "up_proj")} == {"W1/W3"}
     assert_equals_eager(tiny_llama(qk_norm=True, head_dim=32), kernel_at=(), steps=4)
+    assert {v[4] for v in ck.schedule.variants if v[0] == "head_norm"} == {0}
+
+
+def test_olmo2_norms_over_whole_projections_equal_eager():
+    # OLMo2: q and k each normed over the whole projection (6 heads of 16; one norm task per lane's q or k over
+    # all its heads), then rotate-half RoPE; no norm before attention or the MLP, each sublayer's output normed
+    # before the residual add; random norm scales (the kernel at steps 0 and 3)
+    model = hf_model("Olmo2ForCausalLM", num_key_value_heads=2)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.normal_(1.0, 0.3)
+    ck = assert_equals_eager(model, kernel_at=(0, 3), steps=4)
+    assert sorted(v[1:] for v in ck.schedule.variants if v[0] == "head_norm") == [(2, 16, 64, 1), (6, 16, 0, 1)]
+    assert {t.kind for t in ck.schedule.tasks} >= {"normed_residual", "head_norm"}
 
 
 @pytest.mark.parametrize("tied", [False, True])
@@ -338,61 +353,12 @@ def test_attention_scale_folds_into_a_per_head_norm():
     assert len(scaled) == 2 and all("q_norm" in name for name in scaled), scaled
 
 
-@pytest.mark.parametrize("pairs", [False, True])
-def test_gemma_equals_eager(pairs):
-    # Gemma: the MLP gated by GELU's tanh approximation, norms scaling by (1 + weight) (a view step of the
-    # weight; drawn at random here, zeros at init), the embedding scaled by a buffer of sqrt(hidden) (folded
-    # into the table, which the LM head also reads unscaled); W2 forming act(gate) * up itself, or gated
-    # pairs storing it; also with FP8 weights
-    from kogc.scheduler import TileConfig
-    model = hf_model("GemmaForCausalLM", head_dim=16, hidden_activation="gelu_pytorch_tanh")
-    for name, p in model.named_parameters():
-        if "norm" in name:
-            p.normal_(0, 0.3, generator=torch.Generator().manual_seed(len(name)))
-    ck = assert_equals_eager(model, kernel_at=(1,), steps=2, tile_config=TileConfig(mlp_pair_inputs=0) if pairs else None)
-    kinds = {t.kind_key for t in ck.schedule.tasks}
-    assert ("matvec/rmsnorm/gelu_tanh_mul" if pairs else "matvec/gelu_tanh_mul/residual") in kinds, kinds
-    views = [str(n.attrs.get("view")) for n in ck.ir.nodes if n.op.value == "param"]
-    assert sum("offset" in v for v in views) == 2 * 2 + 1 and sum("scale" in v for v in views) == 1
-    assert not any(n.op.value == "scale" for n in ck.ir.nodes)
-    if not pairs:
-        assert_fp8_kernel_equals_its_weights(model)
+def gemma3_model():
+    from test_gemma import gemma3
+    return gemma3()
 
 
-def gemma3(**cfg):
-    """A Gemma 3 text model with random norm weights: a local (window 64, no shorter than the cache) and a
-    global layer, whose RoPE bases differ (10,000 and 1,000,000)."""
-    model = hf_model("Gemma3ForCausalLM", config_name="Gemma3TextConfig", **{"head_dim": 16, "num_key_value_heads": 1, "sliding_window": 64,
-                                             "layer_types": ["sliding_attention", "full_attention"],
-                                             "rope_parameters": {k: {"rope_type": "default", "rope_theta": t} for k, t in
-                                                                 (("sliding_attention", 1e4), ("full_attention", 1e6))},
-                                             **cfg})
-    for name, p in model.named_parameters():
-        if "norm" in name:
-            p.normal_(0, 0.3, generator=torch.Generator().manual_seed(len(name)))
-    return model
-
-
-@pytest.mark.parametrize("widths", [{}, dict(hidden_size=1152, intermediate_size=6912, num_attention_heads=4, head_dim=256,
-                                             vocab_size=2048, query_pre_attn_scalar=256)], ids=["tiny", "gemma-3-1b"])
-def test_gemma3_equals_eager(widths):
-    # Gemma 3: each sublayer's output normed before the residual add (a task per block of the sum: the whole
-    # output read for its sum of squares), q and k normed per head with (1 + w) scales (k one head: its norm
-    # over the whole vector), attention scaled by query_pre_attn_scalar^-0.5 (folded into q's norm), two RoPE
-    # tables (one per base: the kernel at step 2 rotates each layer's q and k by its own); also with FP8
-    # weights. Tiny, and with Gemma-3-1B's widths (a hidden size of 1152, heads of 256; 2 layers, a small vocabulary)
-    model = gemma3(**widths)
-    ck = assert_equals_eager(model, kernel_at=(0, 2), steps=3)
-    kinds = [t.kind for t in ck.schedule.tasks]
-    assert kinds.count("normed_residual") == 2 * 2 * ck.ir.by_name()[ck.schedule.ops[0].p["out"]].type.shape[0] // \
-        next(t.variant[1] for t in ck.schedule.tasks if t.kind == "normed_residual")
-    ropes = {n.attrs.get("theta") for n in ck.ir.nodes if n.op.value == "rope"}
-    assert ropes == {10000.0, 1000000.0}, ropes
-    if not widths:
-        assert_fp8_kernel_equals_its_weights(model)
-
-
-@pytest.mark.parametrize("make", [lambda: hf_model("LlamaForCausalLM"), gemma3], ids=["llama", "gemma3"])
+@pytest.mark.parametrize("make", [lambda: hf_model("LlamaForCausalLM"), gemma3_model], ids=["llama", "gemma3"])
 def test_bf16_kernel_follows_the_ir(make):
     # a bf16 model's kernel (attention's products on tensor cores: tl.dot of bf16) against the IR in bf16 over
     # 3 steps. Bounds of 2.5e-2: under Triton's interpreter fp32 -> bf16 truncates (the GPU rounds to

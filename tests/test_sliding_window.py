@@ -4,7 +4,8 @@ cache of every position (longer than the window)."""
 import pytest
 import torch
 from conftest import rel_err
-from test_ordinary import OneLayer, assert_equals_eager, gemma3, hf_model
+from test_gemma import gemma3
+from test_ordinary import OneLayer, assert_equals_eager, hf_model
 
 import kogc
 from kogc.frontend import FrontendError, to_ir

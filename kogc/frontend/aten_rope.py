@@ -110,13 +110,14 @@ class RopeLowering:
             norm, scale = (self.by_name(i) for i in node.inputs)
             if norm.op is Op.PARAM:
                 norm, scale = scale, norm
-            # (one head's norm over a whole vector of one head has no group: a model with one KV head)
-            per_head = norm.op is Op.RMSNORM and (norm.attrs.get("group") or norm.type.shape[0]) == hd
-            if per_head and scale.op is Op.PARAM and self.by_name(norm.inputs[0]).op is Op.MATVEC:
+            # a norm per head, or over the whole vector (OLMo2's q_norm / k_norm; one head's, a model with one
+            # KV head): an order within each head changes neither
+            group = norm.attrs.get("group") or norm.type.shape[0] if norm.op is Op.RMSNORM else 0
+            if group and group % hd == 0 and scale.op is Op.PARAM and self.by_name(norm.inputs[0]).op is Op.MATVEC:
                 rows = self.pairs_interleaved(norm.inputs[0], hd)
                 normed = self.emit(Op.RMSNORM, [rows], dict(norm.attrs), hint="rmsnorm")
                 return self.emit(Op.MUL, [normed, self.param_again(scale, ("rope_half", hd), 0)])
-        self.fail("rotate-half RoPE must act on a linear layer's output (or its norm per head)")
+        self.fail("rotate-half RoPE must act on a linear layer's output (or its norm, per head or whole)")
 
     def rope_attrs(self, rope) -> dict:
         """ROPE's attrs: theta when the probed frequencies are theta^(-2j/hd) (within fp32 rounding), else

@@ -115,7 +115,9 @@ def fuse(graph: Graph, cfg=None) -> list[FusedOp]:
             x, g, eps, norm, mul = head_norm
             take(n.name, norm.name, mul.name)
             hd = n.attrs["head_dim"]
-            p = dict(x=x, g=g, eps=eps, heads=n.type.shape[0] // hd, head_dim=hd)
+            # whole: one norm over all the heads (OLMo2's), not one per head (the same where there is one head)
+            p = dict(x=x, g=g, eps=eps, heads=n.type.shape[0] // hd, head_dim=hd,
+                     whole=not norm.attrs.get("group") and n.type.shape[0] > hd)
             kvw = [u for u in users[n.name] if u.op is Op.KV_WRITE]
             if kvw:
                 take(kvw[0].name)
@@ -158,12 +160,13 @@ def fuse(graph: Graph, cfg=None) -> list[FusedOp]:
 
 
 def _head_norm_input(rope: Node, by: dict[str, Node]):
-    """RoPE's input = rmsnorm over each of its heads of a stored x, times a per-head scale (Qwen3's q_norm /
-    k_norm): (x, g, eps, the norm, the mul), or None."""
+    """RoPE's input = rmsnorm over each of its heads of a stored x (Qwen3's q_norm / k_norm), or over the
+    whole of x (OLMo2's), times a scale: (x, g, eps, the norm, the mul), or None."""
     n = by[rope.inputs[0]]
     scaled = _scaled_norm(n, by)
-    # (a norm over a whole vector that is one head has no group: one KV head's k)
-    if scaled is None or (scaled[0].attrs.get("group") or scaled[0].type.shape[0]) != rope.attrs["head_dim"]:
+    # (a norm over a whole vector has no group: OLMo2's, and one KV head's k in a model that norms per head)
+    if scaled is None or (scaled[0].attrs.get("group") or scaled[0].type.shape[0]) not in \
+            (rope.attrs["head_dim"], rope.type.shape[0]):
         return None
     norm, g = scaled
     return norm.inputs[0], g.name, norm.attrs["eps"], norm, n

@@ -120,7 +120,7 @@ def tile_rank(graph: Graph, ops: list[FusedOp], cfg: TileConfig) -> tuple[list[T
         elif op.kind == "attention":
             _tile_attention(op, by, lay, val, new, cfg, es, lanes_of)
         elif op.kind == "head_norm":
-            # every head of one lane's q or k: the norm per head, its scale, RoPE; into the activations or,
+            # every head of one lane's q or k: the norm per head (or over them all), its scale, RoPE; into the activations or,
             # at the position, the KV cache
             nh, hd = p["heads"], p["head_dim"]
             if p["out"]:
@@ -135,7 +135,7 @@ def tile_rank(graph: Graph, ops: list[FusedOp], cfg: TileConfig) -> tuple[list[T
                     kvh, S, _ = by[p["cache"]].type.shape
                     args[A_CACHE] = lay.at(p["cache"], l)
                     writes = [Region("kv", args[A_CACHE], args[A_CACHE] + kvh * S * hd)]
-                new(("head_norm", nh, hd, S), op, l, args, [lay.region(p["x"], l, 0, nh * hd)], writes,
+                new(("head_norm", nh, hd, S, int(p["whole"])), op, l, args, [lay.region(p["x"], l, 0, nh * hd)], writes,
                     cost=2 * nh * hd * es)
         elif op.kind == "residual":
             d = by[p["out"]].type.shape[0]
