@@ -70,6 +70,28 @@ def test_fp8_weights_on_the_gpu(model_file, preset):
 
 
 @pytest.mark.gpu
+def test_olmo2_on_the_gpu(tmp_path):
+    # transformers' OLMo2 (4 layers, a width of 1024, 8 heads of 128: q and k normed over the whole projection,
+    # each sublayer's output normed), fp16 random weights and norm scales, from its directory; 64 steps and a
+    # 64-token one-launch generation against eager (tie-aware)
+    import torch
+    transformers = pytest.importorskip("transformers")
+
+    from kogc.check import run_check
+    torch.manual_seed(0)
+    cfg = transformers.Olmo2Config(vocab_size=32000, hidden_size=1024, intermediate_size=4096, num_hidden_layers=4,
+                                   num_attention_heads=8, num_key_value_heads=8, max_position_embeddings=4096)
+    model = transformers.Olmo2ForCausalLM(cfg).eval().requires_grad_(False)
+    for name, p in model.named_parameters():
+        if "norm" in name:
+            p.normal_(1.0, 0.3)
+    model.half().save_pretrained(tmp_path)
+    res = run_check(str(tmp_path), None, steps=64, generate=64, prompt=[2, 3, 4, 5], overrides={"max_len": 512},
+                    quiet=True)
+    assert res["passed"], res["failures"]
+
+
+@pytest.mark.gpu
 def test_gemma2_on_the_gpu(tmp_path):
     # transformers' Gemma 2 (4 layers, a width of 512, heads of 128; Gemma 2's soft caps: scores at 50, logits at
     # 30; local layers with a window of 32 in a cache of 512), fp16 random weights and norm scales, from its
