@@ -69,73 +69,52 @@ def test_fp8_weights_on_the_gpu(model_file, preset):
     assert res["fp8_vs_model_weights"]["steps"] == 64
 
 
-@pytest.mark.gpu
-def test_olmo2_on_the_gpu(tmp_path):
-    # transformers' OLMo2 (4 layers, a width of 1024, 8 heads of 128: q and k normed over the whole projection,
-    # each sublayer's output normed), fp16 random weights and norm scales, from its directory; 64 steps and a
-    # 64-token one-launch generation against eager (tie-aware)
+def check_random_transformers_model(tmp_path, cls_name, config_name, norm_mean, **config):
+    """A transformers model of the config with random fp16 weights and norm scales (normal, mean norm_mean, sd
+    0.3; transformers starts them all equal), from its directory as `kogc check --model-dir` reads it: 64 steps
+    in a cache of 512 and a 64-token one-launch generation against eager (tie-aware)."""
     import torch
     transformers = pytest.importorskip("transformers")
 
     from kogc.check import run_check
     torch.manual_seed(0)
-    cfg = transformers.Olmo2Config(vocab_size=32000, hidden_size=1024, intermediate_size=4096, num_hidden_layers=4,
-                                   num_attention_heads=8, num_key_value_heads=8, max_position_embeddings=4096)
-    model = transformers.Olmo2ForCausalLM(cfg).eval().requires_grad_(False)
+    model = getattr(transformers, cls_name)(getattr(transformers, config_name)(**config)).eval().requires_grad_(False)
     for name, p in model.named_parameters():
         if "norm" in name:
-            p.normal_(1.0, 0.3)
+            p.normal_(norm_mean, 0.3)
     model.half().save_pretrained(tmp_path)
     res = run_check(str(tmp_path), None, steps=64, generate=64, prompt=[2, 3, 4, 5], overrides={"max_len": 512},
                     quiet=True)
     assert res["passed"], res["failures"]
+
+
+@pytest.mark.gpu
+def test_olmo2_on_the_gpu(tmp_path):
+    # OLMo2 (4 layers, a width of 1024, 8 heads of 128): q and k normed over the whole projection, each
+    # sublayer's output normed
+    check_random_transformers_model(tmp_path, "Olmo2ForCausalLM", "Olmo2Config", 1.0, vocab_size=32000,
+                                    hidden_size=1024, intermediate_size=4096, num_hidden_layers=4, num_attention_heads=8,
+                                    num_key_value_heads=8, max_position_embeddings=4096)
 
 
 @pytest.mark.gpu
 def test_gemma2_on_the_gpu(tmp_path):
-    # transformers' Gemma 2 (4 layers, a width of 512, heads of 128; Gemma 2's soft caps: scores at 50, logits at
-    # 30; local layers with a window of 32 in a cache of 512), fp16 random weights and norm scales, from its
-    # directory; 64 steps and a 64-token one-launch generation against eager (tie-aware)
-    import torch
-    transformers = pytest.importorskip("transformers")
-
-    from kogc.check import run_check
-    torch.manual_seed(0)
-    cfg = transformers.Gemma2Config(vocab_size=32000, hidden_size=512, intermediate_size=2048, num_hidden_layers=4,
-                                    num_attention_heads=4, num_key_value_heads=2, head_dim=128, sliding_window=32,
-                                    query_pre_attn_scalar=128, max_position_embeddings=8192)
-    model = transformers.Gemma2ForCausalLM(cfg).eval().requires_grad_(False)
-    for name, p in model.named_parameters():
-        if "norm" in name:
-            p.normal_(0, 0.3)
-    model.half().save_pretrained(tmp_path)
-    res = run_check(str(tmp_path), None, steps=64, generate=64, prompt=[2, 3, 4, 5], overrides={"max_len": 512},
-                    quiet=True)
-    assert res["passed"], res["failures"]
+    # Gemma 2 (4 layers, a width of 512, heads of 128): soft caps, scores at 50 and logits at 30; the local
+    # layers' window of 32 positions (the 64 steps pass it)
+    check_random_transformers_model(tmp_path, "Gemma2ForCausalLM", "Gemma2Config", 0.0, vocab_size=32000,
+                                    hidden_size=512, intermediate_size=2048, num_hidden_layers=4, num_attention_heads=4,
+                                    num_key_value_heads=2, head_dim=128, sliding_window=32, query_pre_attn_scalar=128,
+                                    max_position_embeddings=8192)
 
 
 @pytest.mark.gpu
 def test_gemma3_on_the_gpu(tmp_path):
-    # transformers' Gemma 3 with Gemma-3-1B's widths and vocabulary (hidden 1152, heads of 256, one KV head,
-    # 262,144 tokens; 4 layers, the third global: two RoPE tables), fp16 random weights with random norm
-    # scales, from its directory as `kogc check --model-dir` reads it: GELU-gated MLP, (1 + w) norms, each
-    # sublayer's output normed before the residual add, the local layers' sliding window (shortened from 512
-    # to 32 positions, in a cache of 512: the 64 steps pass it); 64 steps and a 64-token one-launch
-    # generation against eager (tie-aware)
-    import torch
-    transformers = pytest.importorskip("transformers")
-
-    from kogc.check import run_check
-    torch.manual_seed(0)
-    cfg = transformers.Gemma3TextConfig(vocab_size=262144, hidden_size=1152, intermediate_size=6912, num_hidden_layers=4,
-                                        num_attention_heads=4, num_key_value_heads=1, head_dim=256,
-                                        query_pre_attn_scalar=256, sliding_window=32, max_position_embeddings=32768,
-                                        layer_types=["sliding_attention"] * 2 + ["full_attention", "sliding_attention"])
-    model = transformers.Gemma3ForCausalLM(cfg).eval().requires_grad_(False)
-    for name, p in model.named_parameters():
-        if "norm" in name:
-            p.normal_(0, 0.3)
-    model.half().save_pretrained(tmp_path)
-    res = run_check(str(tmp_path), None, steps=64, generate=64, prompt=[2, 3, 4, 5], overrides={"max_len": 512},
-                    quiet=True)
-    assert res["passed"], res["failures"]
+    # Gemma 3 with Gemma-3-1B's widths and vocabulary (hidden 1152, heads of 256, one KV head, 262,144 tokens;
+    # 4 layers, the third global: two RoPE tables): GELU-gated MLP, (1 + w) norms, each sublayer's output normed
+    # before the residual add, the local layers' sliding window (shortened from 512 to 32 positions: the 64
+    # steps pass it)
+    check_random_transformers_model(tmp_path, "Gemma3ForCausalLM", "Gemma3TextConfig", 0.0, vocab_size=262144,
+                                    hidden_size=1152, intermediate_size=6912, num_hidden_layers=4, num_attention_heads=4,
+                                    num_key_value_heads=1, head_dim=256, query_pre_attn_scalar=256, sliding_window=32,
+                                    max_position_embeddings=32768,
+                                    layer_types=["sliding_attention"] * 2 + ["full_attention", "sliding_attention"])
