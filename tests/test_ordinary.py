@@ -312,6 +312,25 @@ def test_norms_per_head_equal_eager():
     assert {v[4] for v in ck.schedule.variants if v[0] == "head_norm"} == {0}
 
 
+@pytest.mark.parametrize("cls_name,cfg", [
+    ("GlmForCausalLM", {}),             # RoPE on half of each head's dims, interleaved; fused gate/up
+    ("Glm4ForCausalLM", {}),            # GLM's, and each sublayer's output normed
+    ("Exaone4ForCausalLM", dict(sliding_window=4)),     # q and k normed per head, sublayers' outputs normed, windows
+    ("SmolLM3ForCausalLM", dict(no_rope_layers=[1, 0])),    # its second layer without RoPE
+    ("Olmo3ForCausalLM", dict(sliding_window=4)),       # OLMo2's norms, sliding windows
+    ("Ernie4_5ForCausalLM", {}),        # interleaved RoPE at base 500,000
+    ("SeedOssForCausalLM", {}),         # Q, K and V biased
+])
+def test_more_transformers_families_equal_eager(cls_name, cfg):
+    # random norm scales and biases (transformers starts them at 1 and 0); the kernel at steps 0 and 5
+    model = hf_model(cls_name, pad_token_id=0, **cfg)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name or name.endswith("bias"):
+                p.add_(torch.randn(p.shape, generator=torch.Generator().manual_seed(len(name))) * 0.3)
+    assert_equals_eager(model, kernel_at=(0, 5), steps=6)
+
+
 def test_olmo2_norms_over_whole_projections_equal_eager():
     # OLMo2: q and k each normed over the whole projection (6 heads of 16; one norm task per lane's q or k over
     # all its heads), then rotate-half RoPE; no norm before attention or the MLP, each sublayer's output normed
