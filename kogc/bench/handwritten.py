@@ -81,10 +81,16 @@ def step_fn(s: Shapes, context: int, device: str, seed: int = 0, world: int = 1,
     emb, head = mk(V, D), mk(V // world, D)
     kc = torch.zeros(NL, kv_, ctx, hd, device=device, dtype=dtype)
     vc = torch.zeros_like(kc)
-    mask = torch.full((ctx,), float("-inf"), device=device, dtype=dtype)
-    mask[:context + 1] = 0
-    # a sliding window's layer attends its last W positions only: its cache rows from there on
-    first = [max(0, context + 1 - w) if w else 0 for w in s.windows or [0] * NL]
+    # a sliding window's layer attends its last W positions only: its cache rows from there on (from a row
+    # that is a multiple of 16, so that the slice stays aligned for SDPA's kernels), with a mask of its own
+    first = [(max(0, context + 1 - w) if w else 0) // 16 * 16 for w in s.windows or [0] * NL]
+    masks = {}
+    for w, lo in zip(s.windows or [0] * NL, first):
+        if (w, lo) not in masks:
+            m = torch.full((ctx - lo,), float("-inf"), device=device, dtype=dtype)
+            m[max(0, context + 1 - w) - lo if w else 0:context + 1 - lo] = 0
+            masks[w, lo] = m
+    layer_masks = [masks[w, lo] for w, lo in zip(s.windows or [0] * NL, first)]
     ones = torch.ones(D, device=device, dtype=dtype)
     ones_hd = torch.ones(hd, device=device, dtype=dtype)
     tok = torch.zeros(1, dtype=torch.long, device=device)
@@ -103,7 +109,7 @@ def step_fn(s: Shapes, context: int, device: str, seed: int = 0, world: int = 1,
             vc[i].index_copy_(1, pos, v.view(kv_, 1, hd))
             lo = first[i]
             o = F.scaled_dot_product_attention(q.view(1, h_, 1, hd), kc[i][None, :, lo:], vc[i][None, :, lo:],
-                                               attn_mask=mask[None, None, None, lo:], enable_gqa=True)
+                                               attn_mask=layer_masks[i][None, None, None], enable_gqa=True)
             a = o.reshape(1, -1) @ wo[i].t()
             reduce(a)
             x = x + a
