@@ -124,3 +124,16 @@ def test_logits_capped_then_scaled_are_refused():
     step.forward = doubled
     with pytest.raises(FrontendError, match="aten.mul.Tensor after tanh"):
         to_ir(step)
+
+
+@pytest.mark.parametrize("target,binary", [("h200", "sm_90/kogc_monokernel.cubin"), ("mi300x", "gfx942/kogc_monokernel.hsaco")])
+def test_gemma2_compiles_ahead_of_time(tmp_path, target, binary):
+    # the window's and the caps' code for both targets (the gfx942 build's synchronisation checked in its ISA)
+    from kogc.cli import main
+    gemma2(sliding_window=4).half().save_pretrained(tmp_path / "model")
+    assert main(["compile", "--checkpoint", str(tmp_path / "model"), "--target", target, "--out", str(tmp_path / "out")]) == 0
+    assert (tmp_path / "out" / binary).read_bytes()[:4] == b"\x7fELF"
+    source = (tmp_path / "out" / "kernel.py").read_text()
+    assert "win = args[" in source and "50.0 * _tanh(sc" in source and "30.0 * _tanh(acc)" in source
+    if target == "mi300x":
+        assert ", 0 problems" in (tmp_path / "out" / "report.txt").read_text()
