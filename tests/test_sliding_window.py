@@ -70,6 +70,15 @@ def test_sliding_windows_equal_eager(make, windows):
     assert rel_err(got, want) < 1e-5
 
 
+@pytest.mark.parametrize("window", [0, 4, 5, 16, 64])
+def test_hand_written_step_attends_the_window(window):
+    from kogc.bench.handwritten import attended_rows
+    first, mask = attended_rows(40, window, 40 + 256, "cpu", torch.float16)
+    rows = first + torch.nonzero(mask == 0).flatten()
+    assert first % 16 == 0 and mask.is_contiguous() and len(mask) == 40 + 256 - first
+    assert rows.tolist() == list(range(max(0, 41 - window) if window else 0, 41))
+
+
 def test_floor_and_hand_written_step_read_the_window():
     from kogc.bench.handwritten import shapes_of, step_fn
     from kogc.bench.measure import bytes_per_token

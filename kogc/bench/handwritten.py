@@ -81,16 +81,8 @@ def step_fn(s: Shapes, context: int, device: str, seed: int = 0, world: int = 1,
     emb, head = mk(V, D), mk(V // world, D)
     kc = torch.zeros(NL, kv_, ctx, hd, device=device, dtype=dtype)
     vc = torch.zeros_like(kc)
-    # a sliding window's layer attends its last W positions only: its cache rows from there on (from a row
-    # that is a multiple of 16, so that the slice stays aligned for SDPA's kernels), with a mask of its own
-    first = [(max(0, context + 1 - w) if w else 0) // 16 * 16 for w in s.windows or [0] * NL]
-    masks = {}
-    for w, lo in zip(s.windows or [0] * NL, first):
-        if (w, lo) not in masks:
-            m = torch.full((ctx - lo,), float("-inf"), device=device, dtype=dtype)
-            m[max(0, context + 1 - w) - lo if w else 0:context + 1 - lo] = 0
-            masks[w, lo] = m
-    layer_masks = [masks[w, lo] for w, lo in zip(s.windows or [0] * NL, first)]
+    rows = {w: attended_rows(context, w, ctx, device, dtype) for w in set(s.windows or [0])}
+    first, layer_masks = zip(*(rows[w] for w in s.windows or [0] * NL))
     ones = torch.ones(D, device=device, dtype=dtype)
     ones_hd = torch.ones(hd, device=device, dtype=dtype)
     tok = torch.zeros(1, dtype=torch.long, device=device)
@@ -125,6 +117,17 @@ def step_fn(s: Shapes, context: int, device: str, seed: int = 0, world: int = 1,
 
     nbytes = sum(t.numel() * t.element_size() for t in wqkv + wo + w13 + w2 + [head])
     return step, nbytes
+
+
+def attended_rows(context: int, window: int, ctx: int, device: str, dtype) -> tuple[int, torch.Tensor]:
+    """(first cache row, additive mask of the rows from there) for a layer attending positions 0..context, or
+    with a sliding window of W its last W: the cache sliced from a multiple of 16 rows (so that the slice stays
+    aligned for SDPA's kernels on the GPU), the mask of its own (a slice of a shared one at an odd row was not)."""
+    start = max(0, context + 1 - window) if window else 0
+    first = start // 16 * 16
+    mask = torch.full((ctx - first,), float("-inf"), device=device, dtype=dtype)
+    mask[start - first:context + 1 - first] = 0
+    return first, mask
 
 
 def graph_of(step, compiled: bool = False):
