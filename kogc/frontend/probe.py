@@ -101,6 +101,7 @@ def rope_apply(x: torch.Tensor, r: Rope, pos: int) -> torch.Tensor:
     return y.reshape(-1)
 
 
+@torch.no_grad()
 def probe_rope(f, n: int, head_dim: int, max_pos: int) -> Rope | None:
     """The rotation f(x [n], pos) -> [n] applies, if it is RoPE of some pairing, frequencies and
     amplitude for every head at every probed position (within fp32 rounding); else None."""
