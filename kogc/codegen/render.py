@@ -8,6 +8,7 @@ import jinja2
 
 from ..fp8 import TRITON_TYPES
 from ..scheduler import Schedule
+from ..scheduler.errors import SchedulerError
 from ..scheduler.config import ESIZE
 from ..scheduler.tasks import row_groups, stream_layout
 from ..scheduler.tile import heads_per_combine, next_pow2
@@ -64,7 +65,7 @@ def model_constant(schedule: Schedule, kind: str, key: str) -> float:
     Gemma 2's on every layer's attention scores, and on the logits): 0.0 where no op of the kind has it."""
     values = {op.p.get(key, 0.0) for op in schedule.ops if op.kind == kind} - {0.0}
     if len(values) > 1:
-        raise ValueError(f"{kind} ops with different {key} values {sorted(values)}: kogc renders one per model")
+        raise SchedulerError(f"{kind} ops with different {key} values {sorted(values)}: kogc renders one per model")
     return values.pop() if values else 0.0
 
 

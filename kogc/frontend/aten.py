@@ -71,7 +71,7 @@ class AtenLowering(IRBuilder, RopeLowering, AttentionLowering):
         self.name = name
         self.consts: dict[fx.Node, torch.Tensor] = {}
         self.pos_node = self.token_ir = self.pos_ir = None
-        self.replicated: dict = {}        # the LM head's output (and its soft cap) -> its replicated matvec
+        self.replicated: dict = {}        # (the LM head's output, its soft cap) -> its replicated matvec
         self.ropes: dict[fx.Node, str] = {}
         self.ropes_seen: list[dict] = []            # each distinct ROPE attrs (rope_attrs), in order
         self.probed: dict[tuple, object] = {}      # region signature -> the probed Rope
@@ -272,7 +272,7 @@ class AtenLowering(IRBuilder, RopeLowering, AttentionLowering):
         if t is aten.tanh.default:
             x = self.vec(n.args[0])
             node = self.by_name(x)
-            if node.op is not Op.MATVEC or len(node.inputs) == 3 or x in self.replicated.values():
+            if node.op is not Op.MATVEC or len(node.inputs) == 3 or not node.type.lanes:
                 self.fail("tanh of an activation is supported only as the logits' soft cap (c * tanh(logits / c), "
                           "the LM head's output)")
             return SoftCap(x)
@@ -481,26 +481,17 @@ class AtenLowering(IRBuilder, RopeLowering, AttentionLowering):
     def replicate(self, ir: str, softcap: float = 0.0) -> str:
         """The LM head as one replicated matvec of the lane mean (the one-lane model's mean is its lane);
         with softcap c its output is c * tanh(its product)."""
-        if softcap:
-            if not self.by_name(ir).type.lanes:
-                self.fail("soft-capped logits of a replicated LM head")
-            key = (ir, softcap)
-            if key not in self.replicated:
-                node = self.by_name(ir)
-                mean = self.emit(Op.LANE_MEAN, [node.inputs[1]], hint="lane_mean")
-                self.replicated[key] = self.matvec_again(node, None, 0, mean, "lm_head", {"softcap": softcap})
-            return self.replicated[key]
-        if ir in self.replicated:
-            return self.replicated[ir]
-        node = self.by_name(ir)
-        if node.op is not Op.MATVEC or not node.type.lanes:
-            self.fail("the logits must come straight from the LM head's linear layer")
-        if len(node.inputs) == 3:
-            self.fail("an LM head with a bias is not supported")
-        mean = self.emit(Op.LANE_MEAN, [node.inputs[1]], hint="lane_mean")
-        out = self.matvec_again(node, None, 0, mean, "lm_head")
-        self.replicated[ir] = out
-        return out
+        key = (ir, softcap)
+        if key not in self.replicated:
+            node = self.by_name(ir)
+            if node.op is not Op.MATVEC or not node.type.lanes:
+                self.fail("the logits must come straight from the LM head's linear layer")
+            if len(node.inputs) == 3:
+                self.fail("an LM head with a bias is not supported")
+            mean = self.emit(Op.LANE_MEAN, [node.inputs[1]], hint="lane_mean")
+            self.replicated[key] = self.matvec_again(node, None, 0, mean, "lm_head",
+                                                     {"softcap": softcap} if softcap else None)
+        return self.replicated[key]
 
     # ------------------------------------------------------------------ RMSNorm, as written out or whole
     def norm(self, n: fx.Node):
