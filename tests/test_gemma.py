@@ -137,3 +137,18 @@ def test_gemma2_compiles_ahead_of_time(tmp_path, target, binary):
     assert "win = args[" in source and "50.0 * _tanh(sc" in source and "30.0 * _tanh(acc)" in source
     if target == "mi300x":
         assert ", 0 problems" in (tmp_path / "out" / "report.txt").read_text()
+
+
+def test_different_soft_caps_in_one_model_are_refused():
+    # the caps are rendered into the kernel as one constant a model: layers capped differently are a scheduler error
+    import dataclasses
+    from kogc.codegen.render import render
+    from kogc.ir.graph import Graph
+    from kogc.scheduler import SchedulerError, build_schedule
+    from kogc.targets import H200
+    graph = to_ir(kogc.frontend.decode_step(gemma2()))
+    first = next(i for i, n in enumerate(graph.nodes) if n.op.value == "attention")
+    nodes = list(graph.nodes)
+    nodes[first] = dataclasses.replace(nodes[first], attrs={**nodes[first].attrs, "softcap": 40.0})
+    with pytest.raises(SchedulerError, match=r"attention ops with different softcap values \[40.0, 50.0\]"):
+        render(build_schedule(Graph(nodes, dict(graph.meta)), H200))
