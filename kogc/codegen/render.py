@@ -48,7 +48,7 @@ def render(schedule: Schedule, kernel_name: str = KERNEL_NAME, interpret: bool =
         # Triton 3.6's interpreter multiplies bf16 matrices wrongly (tl.dot: errors of 1e10): there its
         # operands are widened to fp32 first, which changes no product (bf16 x bf16 is exact in fp32)
         widen_dot=interpret and schedule.dtype == "bfloat16",
-        attn_window=any(t.args[T.A_WINDOW] for t in schedule.tasks if t.kind == "attention"),
+        attn_window=any(op.p.get("window") for op in schedule.ops if op.kind == "attention"),
         attn_softcap=model_constant(schedule, "attention", "softcap"),
         logit_softcap=model_constant(schedule, "matvec", "softcap"),
         kv_line=128 // ESIZE[schedule.dtype],        # KV-cache elements per 128-byte line (the activations' dtype)

@@ -184,9 +184,8 @@ def window_of(allowed_at, max_pos: int) -> int | None:
     if len(widths) > 1:
         return None
     window = widths.pop() if widths else 0
-    edge = [p for p in (window - 1, window, window + 1) if window and 0 <= p < max_pos]
-    for p in list(firsts) + edge:
-        lo = firsts[p] if p in firsts else attended_from(allowed_at(p), p)
-        if lo != (max(0, p - window + 1) if window else 0):
-            return None
-    return window
+    for p in (window - 1, window, window + 1) if window else ():
+        if 0 <= p < max_pos and p not in firsts:
+            firsts[p] = attended_from(allowed_at(p), p)
+    ok = all(lo == (max(0, p - window + 1) if window else 0) for p, lo in firsts.items())
+    return window if ok else None
