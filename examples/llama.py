@@ -47,6 +47,13 @@ PRESETS = {
     "qwen2.5-0.5b": LlamaConfig(vocab_size=151936, dim=896, n_layers=24, n_heads=14, n_kv_heads=2, ffn_dim=4864,
                                 norm_eps=1e-6, rope_theta=1000000.0, max_seq_len=8192, tie_embeddings=True,
                                 qkv_bias=True, dtype="float16"),
+    # Qwen2.5-1.5B's shapes: width 1536, 12 query / 2 KV heads of 128, MLP 8960, vocabulary 151936, biased Q/K/V, tied
+    "qwen2.5-1.5b": LlamaConfig(vocab_size=151936, dim=1536, n_layers=28, n_heads=12, n_kv_heads=2, ffn_dim=8960,
+                                norm_eps=1e-6, rope_theta=1000000.0, max_seq_len=8192, tie_embeddings=True,
+                                qkv_bias=True, dtype="float16"),
+    # Llama-3.2-3B's shapes: width 3072, 24 query / 8 KV heads of 128, MLP 8192, tied (RoPE unscaled, as above)
+    "llama-3.2-3b": LlamaConfig(vocab_size=128256, dim=3072, n_layers=28, n_heads=24, n_kv_heads=8, ffn_dim=8192,
+                                rope_theta=500000.0, max_seq_len=8192, tie_embeddings=True, dtype="float16"),
     # Qwen3-0.6B's shapes: width 1024, 16 query / 8 KV heads of 128 (wider than the model), MLP 3072, vocabulary
     # 151936, q and k normed per head, tied
     "qwen3-0.6b": LlamaConfig(vocab_size=151936, dim=1024, n_layers=28, n_heads=16, n_kv_heads=8, head_dim=128,

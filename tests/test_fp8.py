@@ -276,15 +276,17 @@ def test_compensated_head_is_streamed_alone():
     assert rel_err(logits, want) < 1e-5 and nxt == int(want_next)
 
 
-def test_fp8_tiles_in_row_groups_equal_the_reference():
+@pytest.mark.parametrize("ffn", [2048, 4608])
+def test_fp8_tiles_in_row_groups_equal_the_reference(ffn):
     # tiles whose rows each warp owns whole (kogc.scheduler.tasks.row_groups): the stream reordered at
-    # packing, the products summed inside warps; the same logits as the reference of the same FP8 weights
-    from kogc.scheduler.tasks import row_groups
-    model = tiny(seed=13, num_lanes=2, hidden_size=512, intermediate_size=2048)
+    # packing, the products summed inside warps; the same logits as the reference of the same FP8 weights.
+    # ffn 4608: W2's 2304 inputs a lane as column parts of 2048 (in row groups) and 256 (rows as they are)
+    from kogc.scheduler.tasks import column_parts, row_groups
+    model = tiny(seed=13, num_lanes=2, hidden_size=512, intermediate_size=ffn)
     random_cache(model, 4)
     ck = kogc.compile(model, target="h200", weights="fp8")
     grouped = [t for t in ck.schedule.tasks
-               if t.weight and row_groups(t.weight.rows, t.weight.cols, 1, ck.schedule.target) > 1]
+               if t.weight and row_groups(t.weight.rows, column_parts(t.weight.cols)[0][0], 1, ck.schedule.target) > 1]
     assert grouped and len(grouped) < sum(1 for t in ck.schedule.tasks if t.weight)    # both orders in one kernel
     matvecs = matvec_params(ck.ir)
     ref_w = {k: fake_quantize(v) if k in matvecs else v for k, v in weights_of(model, ck.ir).items()}

@@ -10,6 +10,7 @@ SHAPES = {   # name -> (model overrides, tile config, the kinds of code variant 
     # compared hold the same kinds, so that their load counts compare
     "base": (dict(hidden_size=512, intermediate_size=4096), {}, ("embed", "residual", "final_norm", "silu_mul")),
     "masked": (dict(hidden_size=512, intermediate_size=3584), {}, ("embed", "residual", "final_norm", "silu_mul")),
+    "parts": (dict(hidden_size=512, intermediate_size=4608), {}, ("embed", "residual", "final_norm", "silu_mul")),
     "attn64": (dict(hidden_size=512, intermediate_size=4096), {}, ("attention",)),
     "attn16": (dict(hidden_size=512, intermediate_size=4096), dict(attn_block=16), ("attention",)),
 }
@@ -44,16 +45,21 @@ def summaries(tmp_path_factory):
     return out
 
 
-def test_masked_rows_load_as_wide_and_cost_no_registers(summaries):
-    # 3584 / 2 lanes = 1792 (as Llama-3-8B's 14336 over 8 lanes): W2's input held in 2048 lanes, masked
-    s, masked = summaries["masked"]
+@pytest.mark.parametrize("name, parts", [
+    # 3584 / 2 lanes = 1792 (as Llama-3-8B's 14336 over 8 lanes): W2's input in one part of 2048 masked lanes
+    ("masked", ((1792, 2048), (0, 0))),
+    # 4608 / 2 = 2304 (as Gemma-2-2B's width): 2048 + 256, no lane masked
+    ("parts", ((2048, 2048), (256, 256)))])
+def test_column_parts_load_as_wide_and_cost_no_registers(summaries, name, parts):
+    from kogc.scheduler.tasks import column_parts
+    s, built = summaries[name]
     _, base = summaries["base"]
-    rows = [v for v in s.variants if v[0] == "matvec" and len(v) > 9]
-    assert rows and all(v[2] == 1792 and v[9] == 2048 for v in rows)
-    narrow = {bits: n for bits, n in masked["ld_global_bits"].items() if bits < 128}
-    assert narrow == {bits: n for bits, n in base["ld_global_bits"].items() if bits < 128}
-    assert base["ld_global_bits"][128] > 0 and masked["ld_global_bits"][128] > 0
-    assert masked["spill_store_bytes"] == base["spill_store_bytes"]
+    w2 = [v for v in s.variants if v[0] == "matvec" and v[3] == "silu_mul"]
+    assert w2 and all(column_parts(v[2]) == parts for v in w2)
+    # no load narrowed to the scalar sites' 16 bits (a 256-wide part's input is 2 elements a thread: 32 bits)
+    assert built["ld_global_bits"].get(16, 0) == base["ld_global_bits"].get(16, 0)
+    assert base["ld_global_bits"][128] > 0 and built["ld_global_bits"][128] > 0
+    assert built["spill_store_bytes"] <= base["spill_store_bytes"]
 
 
 def test_attention_loads_are_wide(summaries):

@@ -10,8 +10,8 @@ from ..fp8 import TRITON_TYPES
 from ..scheduler import Schedule
 from ..scheduler.errors import SchedulerError
 from ..scheduler.config import ESIZE
-from ..scheduler.tasks import row_groups, stream_layout
-from ..scheduler.tile import heads_per_combine, next_pow2
+from ..scheduler.tasks import column_parts, next_pow2, row_groups, stream_layout
+from ..scheduler.tile import heads_per_combine
 from ..scheduler import tasks as T
 
 KERNEL_NAME = "kogc_monokernel"
@@ -42,6 +42,7 @@ def render(schedule: Schedule, kernel_name: str = KERNEL_NAME, interpret: bool =
         ralign=residual_alignment(schedule), halign=head_norm_alignment(schedule),
         prefetch_asm=schedule.target.l2_prefetch_asm, line_elems=128 // schedule.weight_esize,
         scaled=int(schedule.tile_config.weights == "fp8"), esize=schedule.weight_esize,
+        column_split=schedule.tile_config.column_parts,
         # (a prefetch changes no value: left out under the interpreter, which has no inline assembly)
         step_prefetch_elems=0 if interpret else step_prefetch_elements(schedule), token_keys=T.TOKEN_KEYS, max_stop=T.MAX_STOP,
         attn_prefetch=bool(schedule.target.l2_prefetch_asm) and not interpret,
@@ -83,8 +84,18 @@ _ENV.filters["next_pow2"] = next_pow2
 _ENV.filters["heads_per_combine"] = lambda v: heads_per_combine(v[1], v[2])     # an attention variant's
 # a matvec variant's tile in the weight stream: (where its scales start, its length), from (R, K, esize, scaled)
 _ENV.filters["stream_layout"] = lambda v, esize, scaled: stream_layout(v[1], v[2], esize, bool(scaled))
-# a matvec variant's row groups in the stream (kogc.scheduler.tasks.row_groups)
-_ENV.filters["row_groups"] = lambda v, esize, target: row_groups(v[1], v[2], esize, target)
+
+
+def matvec_parts(v, esize: int, target, walign: int, split: bool = True) -> str:
+    """A matvec variant's input parts as the kernel's constexprs (kogc.scheduler.tasks.column_parts): each
+    part's width, lanes, row alignment in the stream (for a masked part's rows) and row groups."""
+    R, K = v[1], v[2]
+    (k1, p1), (k2, p2) = column_parts(K, split)
+    return (f"K1={k1}, KP1={p1}, KA1={_pow2_divisor([k1, walign])}, GROUPS1={row_groups(R, k1, esize, target)}, "
+            f"K2={k2}, KP2={p2}, KA2={_pow2_divisor([k2 or 1, walign])}, GROUPS2={row_groups(R, k2, esize, target) if k2 else 1}")
+
+
+_ENV.filters["matvec_parts"] = matvec_parts
 TL_DTYPES = {"float32": "tl.float32", "float16": "tl.float16", "bfloat16": "tl.bfloat16"}
 
 

@@ -10,7 +10,7 @@ from ..fp8 import FORMATS, Fp8Weight, quantize
 from ..ir.executor import TORCH_DTYPES, rope_angles, rope_tables
 from ..ir.graph import Op
 from ..scheduler import Schedule
-from ..scheduler.tasks import row_groups, stream_layout
+from ..scheduler.tasks import column_parts, row_groups, stream_layout
 
 
 @dataclass
@@ -81,7 +81,8 @@ def pack_weights(schedule: Schedule, weights: dict, device) -> tuple[torch.Tenso
 
 def _tiles_of(src: list, w, schedule: Schedule, fp8: bool) -> torch.Tensor:
     """Every tile of w's shape that w's weight (one lane's; a gated pair's two, rows alternating) cuts into,
-    [tiles, stream elements], each as the stream holds it: rows in the kernel's order (order_rows), then for
+    [tiles, stream elements], each as the stream holds it: its column parts one after the other
+    (kogc.scheduler.tasks.column_parts), each with its rows in the kernel's order (order_rows), then for
     FP8 the rows' scales as bytes at the tile's scale offset. Tile k holds rows k r .. k r + r of each source
     (r: the tile's rows per source)."""
     r = w.rows // len(src)
@@ -92,8 +93,10 @@ def _tiles_of(src: list, w, schedule: Schedule, fp8: bool) -> torch.Tensor:
         return parts[0] if len(parts) == 1 else torch.stack(parts, 2).reshape(parts[0].shape[0], w.rows,
                                                                               *parts[0].shape[2:])
     values = blocks([s[0] for s in src] if fp8 else src)
-    groups = row_groups(w.rows, w.cols, schedule.weight_esize, schedule.target)
-    values = order_rows(values, groups, schedule.target).reshape(values.shape[0], -1)
+    (k1, _), (k2, _) = column_parts(w.cols, schedule.tile_config.column_parts)
+    values = torch.cat([order_rows(part, row_groups(w.rows, part.shape[-1], schedule.weight_esize, schedule.target),
+                                   schedule.target).reshape(values.shape[0], -1)
+                        for part in (values[..., :k1], values[..., k1:])[:2 if k2 else 1]], 1)
     if not fp8:
         return values
     soff, length = stream_layout(w.rows, w.cols, 1, True)

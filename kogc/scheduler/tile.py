@@ -18,7 +18,7 @@ from .fuse import (ALL, ATTN_COMBINE, GATED_KINDS, OTHERS, OWN, PLAIN, RESIDUAL,
                    FusedOp, is_pow2)
 from .tasks import (A_BIAS, A_CACHE, A_EPS, A_H, A_KEYS, A_OUT, A_OWN_COEF, A_RECV, A_RECV_STRIDE, A_RES_OUT, A_ROPE, A_ROW0,
                     A_SLOT, A_TERM, A_TERM_COEF, A_TERM_SEL, A_TERM_STRIDE, A_WINDOW, A_X, A_X2, NARGS, SELECT_CODES,
-                    TOKEN_KEYS, Exchange, Region, Task, WeightTile)
+                    TOKEN_KEYS, Exchange, Region, Task, WeightTile, next_pow2)
 
 def f32_bits(x: float) -> int:
     """A float as the int32 its bits spell, for the int table (the kernel bitcasts it back)."""
@@ -251,7 +251,7 @@ def _tile_matvec(op, by, lay, val, new, cfg, es, lanes_of, sent=(), recv_slot=No
     fp8 = cfg.weights == "fp8"
     wes = 1 if fp8 else es      # bytes per stored weight: an FP8 tile holds twice the rows of an fp16 one
     stacked = 2 if epi in GATED_KINDS else 1   # weight rows per output row (a gated pair: `rows` (gate, up) pairs)
-    rows = _rows(N, K, wes, cfg.tile_bytes // stacked, p)
+    rows = _rows(N, K, wes, cfg.tile_bytes // stacked, p, cfg.tile_slack)
     if p["out"]:
         val(p["out"])
     if epi == RESIDUAL:
@@ -272,10 +272,7 @@ def _tile_matvec(op, by, lay, val, new, cfg, es, lanes_of, sent=(), recv_slot=No
         _too_many(op)
     term = terms[0] if terms else None
     variant = ("matvec", rows * stacked, K, pro, epi, hd) + variant_extra + (op.lanes,)
-    # Triton's ranges are powers of two: K is held in KP lanes, the rest masked (KP is written out before a
-    # bias flag: the kernel reads KP at index 9 whenever the variant is longer)
-    if not is_pow2(K) or p["bias"]:
-        variant += (next_pow2(K),)
+    # (a K that is not a power of two is held in column parts: kogc.scheduler.tasks.column_parts)
     if p["bias"]:
         variant += ("bias",)
     wnode = by[p["w"]]
@@ -438,8 +435,8 @@ def _args(d: dict) -> list[int]:
     return a
 
 
-def _rows(N, K, es, tile_bytes, p) -> int:
-    rows = tile_rows(N, K, es, tile_bytes)
+def _rows(N, K, es, tile_bytes, p, slack: float = 1.0) -> int:
+    rows = tile_rows(N, K, es, tile_bytes, slack)
     if p["epilogue"] in (ROPE_STORE, ROPE_CACHE, "cache"):
         rows = max(2 if p["epilogue"] != "cache" else 1, min(rows, p["head_dim"]))
         if N % rows or p["head_dim"] % rows:
@@ -453,10 +450,6 @@ def _pow2_block(d: int, cap: int) -> int:
     while blk * 2 <= cap and d % (blk * 2) == 0:
         blk *= 2
     return blk
-
-
-def next_pow2(x: int) -> int:
-    return 1 << max(0, (x - 1).bit_length())
 
 
 def _pow2(x: int, what: str, op: FusedOp):
