@@ -42,7 +42,6 @@ def render(schedule: Schedule, kernel_name: str = KERNEL_NAME, interpret: bool =
         ralign=residual_alignment(schedule), halign=head_norm_alignment(schedule),
         prefetch_asm=schedule.target.l2_prefetch_asm, line_elems=128 // schedule.weight_esize,
         scaled=int(schedule.tile_config.weights == "fp8"), esize=schedule.weight_esize,
-        column_split=schedule.tile_config.column_parts,
         # (a prefetch changes no value: left out under the interpreter, which has no inline assembly)
         step_prefetch_elems=0 if interpret else step_prefetch_elements(schedule), token_keys=T.TOKEN_KEYS, max_stop=T.MAX_STOP,
         attn_prefetch=bool(schedule.target.l2_prefetch_asm) and not interpret,
@@ -86,11 +85,11 @@ _ENV.filters["heads_per_combine"] = lambda v: heads_per_combine(v[1], v[2])     
 _ENV.filters["stream_layout"] = lambda v, esize, scaled: stream_layout(v[1], v[2], esize, bool(scaled))
 
 
-def matvec_parts(v, esize: int, target, walign: int, split: bool = True) -> str:
+def matvec_parts(v, esize: int, target, walign: int) -> str:
     """A matvec variant's input parts as the kernel's constexprs (kogc.scheduler.tasks.column_parts): each
     part's width, lanes, row alignment in the stream (for a masked part's rows) and row groups."""
     R, K = v[1], v[2]
-    (k1, p1), (k2, p2) = column_parts(K, split)
+    (k1, p1), (k2, p2) = column_parts(K)
     return (f"K1={k1}, KP1={p1}, KA1={_pow2_divisor([k1, walign])}, GROUPS1={row_groups(R, k1, esize, target)}, "
             f"K2={k2}, KP2={p2}, KA2={_pow2_divisor([k2 or 1, walign])}, GROUPS2={row_groups(R, k2, esize, target) if k2 else 1}")
 

@@ -93,7 +93,7 @@ def _tiles_of(src: list, w, schedule: Schedule, fp8: bool) -> torch.Tensor:
         return parts[0] if len(parts) == 1 else torch.stack(parts, 2).reshape(parts[0].shape[0], w.rows,
                                                                               *parts[0].shape[2:])
     values = blocks([s[0] for s in src] if fp8 else src)
-    (k1, _), (k2, _) = column_parts(w.cols, schedule.tile_config.column_parts)
+    (k1, _), (k2, _) = column_parts(w.cols)
     values = torch.cat([order_rows(part, row_groups(w.rows, part.shape[-1], schedule.weight_esize, schedule.target),
                                    schedule.target).reshape(values.shape[0], -1)
                         for part in (values[..., :k1], values[..., k1:])[:2 if k2 else 1]], 1)

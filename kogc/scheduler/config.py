@@ -18,14 +18,14 @@ ESIZE = {"float32": 4, "float16": 2, "bfloat16": 2}     # bytes per element of a
 TILE_SLACK = 9 / 8   # a tile may hold up to 9/8 of tile_bytes (below)
 
 
-def tile_rows(N, K, es, tile_bytes, slack: float = 1.0) -> int:
+def tile_rows(N, K, es, tile_bytes) -> int:
     """Rows of a matvec tile: the most (a power of two dividing N) whose K inputs of es bytes fit TILE_SLACK x
     tile_bytes. A power-of-two K fits tile_bytes exactly or not at all, so the slack only doubles the rows where
     K is within 9/8 of a power of two, the widths held as two column parts (kogc.scheduler.tasks.column_parts):
     Gemma-2-2B's 2304 as 8 rows (36 KB) instead of 4 (18 KB): -7.4%, Gemma-3-1B -4.5%, Qwen2.5-1.5B -2.1%,
     SmolLM2-135M -0.6% (docs/design.md)."""
     rows = 1
-    while rows * 2 * K * es <= tile_bytes * slack and N % (rows * 2) == 0:
+    while rows * 2 * K * es <= tile_bytes * TILE_SLACK and N % (rows * 2) == 0:
         rows *= 2
     return rows
 
@@ -59,8 +59,6 @@ class TileConfig:
                                       # task combines in its prologue; wider, the last split of each KV head to
                                       # finish combines them into o, read as a plain vector (Llama-3.2-1B's
                                       # 2048: -7.8%; the Laneformer presets' 128-512 combining so: +3.5-5.7%)
-    column_parts: bool = True         # (temporary, measured) a width that is not a power of two as two parts
-    tile_slack: float = 1.0           # (temporary, measured) a tile may exceed tile_bytes by this factor
     mlp_pair_inputs: int = 1024       # W1 and W3 run as one task per (gate, up) row pair storing silu(gate) * up
                                       # where W2 would read at least this many inputs per row of its tile
                                       # (Llama-3.2-1B's 4096: -11%; laneformer-2b's 64: slower); 0: always

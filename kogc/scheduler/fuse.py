@@ -296,7 +296,7 @@ def _paired(mul: Node, by, users, graph: Graph, cfg) -> tuple[Node, Node, Node] 
         return None
     n, k = by[w2[0].inputs[0]].type.shape
     es = 1 if cfg.weights == "fp8" else ESIZE[graph.weight_dtype]
-    return pair if k // tile_rows(n, k, es, cfg.tile_bytes, cfg.tile_slack) >= cfg.mlp_pair_inputs else None
+    return pair if k // tile_rows(n, k, es, cfg.tile_bytes) >= cfg.mlp_pair_inputs else None
 
 
 def _pair_of(n: Node, users, paired):

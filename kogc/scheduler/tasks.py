@@ -93,7 +93,7 @@ def stream_layout(rows: int, cols: int, esize: int, scaled: bool) -> tuple[int, 
     return at, at + -(-4 * rows // 16) * 16 // esize
 
 
-def column_parts(cols: int, split: bool = True) -> tuple[tuple[int, int], tuple[int, int]]:
+def column_parts(cols: int) -> tuple[tuple[int, int], tuple[int, int]]:
     """A matvec row's `cols` inputs as the kernel holds them, ((K1, lanes), (K2, lanes)): Triton's ranges are
     powers of two, so a width at most 9/8 of a power of two K1 (Gemma-2-2B's 2304 = 2048 + 256, SmolLM2-135M's
     576 = 512 + 64, Qwen2.5-1.5B's MLP 8960 = 8192 + 768 in 1024 lanes), which next_pow2 would hold in about
@@ -104,7 +104,7 @@ def column_parts(cols: int, split: bool = True) -> tuple[tuple[int, int], tuple[
     measured slower (docs/design.md). A first part must be at least 16 wide (the alignment every part keeps)."""
     k1 = 1 << (cols.bit_length() - 1)
     k2p = next_pow2(cols - k1)
-    if k1 == cols or k1 < 16 or 8 * k2p > k1 or not split:
+    if k1 == cols or k1 < 16 or 8 * k2p > k1:
         return (cols, next_pow2(cols)), (0, 0)
     return (k1, k1), (cols - k1, k2p)
 

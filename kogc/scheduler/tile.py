@@ -251,7 +251,7 @@ def _tile_matvec(op, by, lay, val, new, cfg, es, lanes_of, sent=(), recv_slot=No
     fp8 = cfg.weights == "fp8"
     wes = 1 if fp8 else es      # bytes per stored weight: an FP8 tile holds twice the rows of an fp16 one
     stacked = 2 if epi in GATED_KINDS else 1   # weight rows per output row (a gated pair: `rows` (gate, up) pairs)
-    rows = _rows(N, K, wes, cfg.tile_bytes // stacked, p, cfg.tile_slack)
+    rows = _rows(N, K, wes, cfg.tile_bytes // stacked, p)
     if p["out"]:
         val(p["out"])
     if epi == RESIDUAL:
@@ -435,8 +435,8 @@ def _args(d: dict) -> list[int]:
     return a
 
 
-def _rows(N, K, es, tile_bytes, p, slack: float = 1.0) -> int:
-    rows = tile_rows(N, K, es, tile_bytes, slack)
+def _rows(N, K, es, tile_bytes, p) -> int:
+    rows = tile_rows(N, K, es, tile_bytes)
     if p["epilogue"] in (ROPE_STORE, ROPE_CACHE, "cache"):
         rows = max(2 if p["epilogue"] != "cache" else 1, min(rows, p["head_dim"]))
         if N % rows or p["head_dim"] % rows:
