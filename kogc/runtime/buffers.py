@@ -94,9 +94,9 @@ def _tiles_of(src: list, w, schedule: Schedule, fp8: bool) -> torch.Tensor:
                                                                               *parts[0].shape[2:])
     values = blocks([s[0] for s in src] if fp8 else src)
     (k1, _), (k2, _) = column_parts(w.cols)
-    values = torch.cat([order_rows(part, row_groups(w.rows, part.shape[-1], schedule.weight_esize, schedule.target),
-                                   schedule.target).reshape(values.shape[0], -1)
-                        for part in (values[..., :k1], values[..., k1:])[:2 if k2 else 1]], 1)
+    parts = [values[..., :k1]] + ([values[..., k1:]] if k2 else [])
+    values = torch.cat([order_rows(p, row_groups(w.rows, p.shape[-1], schedule.weight_esize, schedule.target),
+                                   schedule.target).reshape(len(p), -1) for p in parts], 1)
     if not fp8:
         return values
     soff, length = stream_layout(w.rows, w.cols, 1, True)
