@@ -75,7 +75,8 @@ class AtenLowering(IRBuilder, RopeLowering, AttentionLowering):
         self.ropes: dict[fx.Node, str] = {}
         self.ropes_seen: list[dict] = []            # each distinct ROPE attrs (rope_attrs), in order
         self.probed: dict[tuple, object] = {}      # region signature -> the probed Rope
-        self.half_rotated: set[str] = set()     # ROPE values whose head dims are in interleaved order
+        self.half_rotated: dict[str, int] = {}  # ROPE values whose head dims are in interleaved order: their
+                                                # rotated dims (0: all)
         self.aliases: dict[str, list[fx.Node]] = {}     # IR value -> the fx nodes that are views of it
         self.max_pos = 0
 
@@ -200,8 +201,8 @@ class AtenLowering(IRBuilder, RopeLowering, AttentionLowering):
             r = self.norm(n)
             if r is not None:
                 return r
-        if any(isinstance(k, Region) for k in kinds):
-            return self.region(n)
+        if any(isinstance(k, Region) for k in kinds) and t is not aten.linear.default:
+            return self.region(n)       # (a linear layer reads a region as the activation it computes)
         return self.activation(n)
 
     def constant(self, n: fx.Node, kinds):
@@ -247,9 +248,11 @@ class AtenLowering(IRBuilder, RopeLowering, AttentionLowering):
             if keeps_order(n):
                 return Vec(self.vec(n.args[0]))
             if t is aten.slice.Tensor:
-                inner = self.row_block(n.args[0], n.args[1] if len(n.args) > 1 else 0)
+                inner, period = self.row_block(n.args[0], n.args[1] if len(n.args) > 1 else 0)
                 step = n.args[4] if len(n.args) > 4 else 1
-                if inner and step == 1 and not rejoins_its_source(n):
+                # (a slice of an inner axis stays a region: partial RoPE's q[..., :rot], rejoined by a cat
+                # that rejoins_its_source does not see)
+                if inner and not period and step == 1 and not rejoins_its_source(n):
                     size = meta(n.args[0]).shape[n.args[1]]
                     start, end = (list(n.args[2:4]) + [None, None])[:2]
                     start, end = start or 0, min(end if end is not None else size, size)
@@ -276,12 +279,16 @@ class AtenLowering(IRBuilder, RopeLowering, AttentionLowering):
                 self.fail("tanh of an activation is supported only as the logits' soft cap (c * tanh(logits / c), "
                           "the LM head's output)")
             return SoftCap(x)
+        if t in (aten.pow.Tensor_Scalar, aten.tanh.default, aten.exp.default, aten.sigmoid.default, aten.erf.default):
+            return self.region(n)       # part of an activation written out (materialize probes it)
         if t is aten.neg.default:
             return Vec(self.emit(Op.SCALE, [self.vec(n.args[0])], {"factor": -1.0}, hint="scale"))
         if t is aten.argmax.default:
             return self.argmax(n)
         if t is aten.rms_norm.default:
             return self.rms_norm(n)
+        if t is aten.layer_norm.default:
+            return self.layer_norm(n)
         if t in (aten.view_as_complex.default, aten.cat.default, aten.stack.default, aten.unbind.int):
             return self.region(n)
         self.fail(f"unsupported op {op_name(n)}")
@@ -305,21 +312,26 @@ class AtenLowering(IRBuilder, RopeLowering, AttentionLowering):
             self.fail(f"{op_name(n)}: the weight {wc.name} is not [out, in] as used")
         return Vec(out)
 
-    def row_block(self, src: fx.Node, dim: int) -> int:
-        """Rows of the matvec behind `src` per index of axis `dim`, when a slice or split there takes
-        contiguous rows (a fused QKV or gate/up matrix split, by rows or by heads); else 0."""
+    def row_block(self, src: fx.Node, dim: int) -> tuple[int, int]:
+        """(rows of the matvec behind `src` per index of axis `dim`, period) when a slice or split there takes
+        rows of it: contiguous rows (period 0: a fused QKV or gate/up matrix split by rows or by heads), or
+        the same rows of every block of `period` (an axis after others: GPT-NeoX's fused QKV viewed as
+        [heads, 3 * head_dim] and split on its last axis, each head's q, k and v rows together); (0, 0) where
+        it takes no rows."""
         v, m = self.env.get(src), meta(src)
         if not isinstance(v, Vec) or m is None or self.by_name(v.ir).op is not Op.MATVEC:
-            return 0
+            return 0, 0
         dim %= m.dim()
-        if math.prod(m.shape[:dim]) != 1 or m.shape[dim] == 1:
-            return 0
-        return math.prod(m.shape[dim + 1:])
+        if m.shape[dim] == 1:
+            return 0, 0
+        period = math.prod(m.shape[dim:]) if math.prod(m.shape[:dim]) != 1 else 0
+        return math.prod(m.shape[dim + 1:]), period
 
-    def matvec_rows(self, ir: str, start: int, end: int) -> str:
+    def matvec_rows(self, ir: str, start: int, end: int, period: int = 0) -> str:
+        """Rows start..end of matvec `ir` (of each block of `period` rows, where it is not 0) as a matvec of its own."""
         mv = self.by_name(ir)
-        return self.matvec_again(mv, ("rows", start, end), 1, mv.inputs[1],
-                                 short(self.param_const(self.by_name(mv.inputs[0])).name))
+        step = ("strided_rows", period, start, end) if period else ("rows", start, end)
+        return self.matvec_again(mv, step, 1, mv.inputs[1], short(self.param_const(self.by_name(mv.inputs[0])).name))
 
     def matvec_again(self, mv: Node, step: tuple | None, lanes: int, x: str, hint: str, attrs: dict | None = None) -> str:
         """Matvec `mv` once more on input x: its weight and its bias (if any) seen through one more view
@@ -387,7 +399,7 @@ class AtenLowering(IRBuilder, RopeLowering, AttentionLowering):
 
     def split(self, n: fx.Node):
         dim = n.args[2] if len(n.args) > 2 else n.kwargs.get("dim", 0)
-        inner = self.row_block(n.args[0], dim)
+        inner, period = self.row_block(n.args[0], dim)
         if not inner:
             return self.region(n)
         v = self.vec(n.args[0])
@@ -402,13 +414,13 @@ class AtenLowering(IRBuilder, RopeLowering, AttentionLowering):
         for s in sizes:
             bounds.append((at * inner, min(at + s, size) * inner))
             at += s
-        return Split(v, bounds)
+        return Split(v, bounds, period)
 
     def getitem(self, n: fx.Node):
         src = self.env.get(n.args[0])
         if isinstance(src, Split):
             a, b = src.bounds[n.args[1]]
-            return Vec(self.matvec_rows(src.vec, a, b))
+            return Vec(self.matvec_rows(src.vec, a, b, src.period))
         if isinstance(src, Region):
             return Region(src.root, src.ir, n)
         if isinstance(src, (Const, PosFn)):
@@ -486,8 +498,8 @@ class AtenLowering(IRBuilder, RopeLowering, AttentionLowering):
             node = self.by_name(ir)
             if node.op is not Op.MATVEC or not node.type.lanes:
                 self.fail("the logits must come straight from the LM head's linear layer")
-            if len(node.inputs) == 3:
-                self.fail("an LM head with a bias is not supported")
+            if len(node.inputs) == 3 and softcap:
+                self.fail("a soft-capped LM head with a bias is not supported")
             mean = self.emit(Op.LANE_MEAN, [node.inputs[1]], hint="lane_mean")
             self.replicated[key] = self.matvec_again(node, None, 0, mean, "lm_head",
                                                      {"softcap": softcap} if softcap else None)
@@ -542,5 +554,26 @@ class AtenLowering(IRBuilder, RopeLowering, AttentionLowering):
         if weight is not None:
             out = self.emit(Op.MUL, [out, self.leaf(self.env[weight], 0)])
         return Vec(out)
+
+    def layer_norm(self, n: fx.Node):
+        """F.layer_norm over the last axis, its weight and bias (each optional, a bias only beside a weight)
+        inside the one op: it rounds once, after the affine, as torch's does."""
+        args = list(n.args) + [None] * (5 - len(n.args))
+        x, shape, weight, bias, eps = args[:5]
+        weight, bias = n.kwargs.get("weight", weight), n.kwargs.get("bias", bias)
+        eps = n.kwargs.get("eps", 1e-5 if eps is None else eps)
+        xv = self.vec(x)
+        if tuple(shape) != self.types[xv].shape:
+            self.fail(f"layer_norm over {list(shape)}: only the whole last axis ({self.types[xv].shape[0]}) is supported")
+        affine = []
+        for what, a in (("weight", weight), ("bias", bias)):
+            if a is None:
+                continue
+            if not isinstance(self.env.get(a), Const):
+                self.fail(f"a LayerNorm's {what} that is not a parameter is not supported")
+            affine.append(self.leaf(self.env[a], 0))
+        if bias is not None and weight is None:
+            self.fail("a LayerNorm with a bias and no weight is not supported")
+        return Vec(self.emit(Op.LAYERNORM, [xv] + affine, {"eps": float(eps)}, hint="layernorm"))
 
     # ------------------------------------------------------------------ RoPE, found by probing

@@ -50,7 +50,7 @@ class AttentionLowering:
         saved, self.scope = self.scope, c.name.rsplit(".", 1)[0]
         attrs = {"name": c.name}
         if x in self.half_rotated:   # the kernel's rows hold head dims (j, j + hd/2) as pairs (2j, 2j + 1)
-            attrs["view"] = [["rope_half_rows", hd]]
+            attrs["view"] = [["rope_half_rows", hd] + ([self.half_rotated[x]] if self.half_rotated[x] else [])]
         state = self.emit(Op.STATE, [], attrs, ValueType((kv, S, hd), dtype, 1), hint=short(c.name))
         self.scope = saved
         w = self.emit(Op.KV_WRITE, [state, x, self.pos_ir], hint="kv_write")

@@ -8,7 +8,7 @@ import torch.fx as fx
 
 from ..ir.graph import Op
 from .aten_values import Const, PosFn, Region, Vec, flat_args, meta, op_name
-from .probe import probe_rope
+from .probe import ACTIVATIONS, probe_activation, probe_rope
 from .trace import user_frame
 
 
@@ -25,12 +25,26 @@ class RopeLowering:
                 elif not isinstance(v, (Const, PosFn)) and v is not None:
                     self.fail(f"unsupported op {op_name(n)} on {self.describe(a)}")
         if len({ir for _, ir in roots}) != 1:
+            # (a constant multiple of the region's activation is the same activation: GPT-2's and Phi-2's
+            # written-out GELU, 0.5 * x * (1 + tanh(...)))
+            # (the region is then a function of that activation: rooted at its first fx node)
+            unscaled = {self.unscaled(ir) for _, ir in roots}
+            if len(unscaled) == 1:
+                ir = unscaled.pop()
+                roots = {(self.aliases[ir][0], ir)}
+        if len({ir for _, ir in roots}) != 1:
             self.fail(f"unsupported op {op_name(n)} (it combines several activations)")
         root, ir = roots.pop()
         return Region(root, ir, n)
 
+    def unscaled(self, ir: str) -> str:
+        """The activation a SCALE node (or a chain of them) multiplies; ir itself otherwise."""
+        node = self.by_name(ir)
+        return self.unscaled(node.inputs[0]) if node.op is Op.SCALE else ir
+
     def materialize(self, r: Region) -> str:
-        """The region as ROPE of its activation: probed at several positions (kogc.frontend.probe)."""
+        """The region as an activation function of its activation (an IR op: a GELU written out), or as ROPE
+        of it: probed at several positions (kogc.frontend.probe)."""
         if r.node in self.ropes:
             return self.ropes[r.node]
         out, root = meta(r.node), meta(r.root)
@@ -45,6 +59,13 @@ class RopeLowering:
             subst = {a: x.reshape(meta(a).shape) for a in views}
             return self.posgraph.value(r.node, pos, subst=subst, wide=True).reshape(-1)
 
+        act = probe_activation(f, root.numel(), self.max_pos or 1)
+        if act is not None:
+            ir = self.emit(ACTIVATIONS[act], [r.ir], hint=act)
+            self.where = where
+            self.ropes[r.node] = ir
+            return ir
+
         sig = self.region_signature(r.node, set(views))
         rope = self.probed.get(sig) if sig is not None else None
         if rope is None:
@@ -52,16 +73,16 @@ class RopeLowering:
             if sig is not None and rope is not None:
                 self.probed[sig] = rope
         if rope is None:
-            self.fail(f"unsupported op {op_name(r.node)}: these ops on an activation are not a rotary "
-                      f"embedding (RoPE) kogc recognises")
+            self.fail(f"unsupported op {op_name(r.node)}: these ops on an activation are neither an activation "
+                      f"function ({', '.join(ACTIVATIONS)}) nor a rotary embedding (RoPE) kogc recognises")
         src = r.ir
         if rope.pairing == "half":      # rotate-half: the weight's rows reordered so that pairs interleave
-            src = self.pairs_interleaved(src, hd)
+            src = self.pairs_interleaved(src, (hd, rope.rotary) if rope.rotary else (hd,))
         ir = self.emit(Op.ROPE, [src, self.pos_ir], self.rope_attrs(rope), hint="rope")
         self.where = where
         self.ropes[r.node] = ir
         if rope.pairing == "half":
-            self.half_rotated.add(ir)
+            self.half_rotated[ir] = rope.rotary
         return ir
 
     def region_signature(self, out: fx.Node, views: set) -> tuple | None:
@@ -98,14 +119,15 @@ class RopeLowering:
         except TypeError:
             return None
 
-    def pairs_interleaved(self, src: str, hd: int) -> str:
-        """The value `src` with each head's dims in interleaved-pair order ((j, j + hd/2) -> (2j, 2j + 1)):
+    def pairs_interleaved(self, src: str, order: tuple) -> str:
+        """The value `src` with each head's dims in interleaved-pair order ((j, j + hd/2) -> (2j, 2j + 1);
+        `order` (hd,) or (hd, rot): kogc.ir.views.rope_half_order):
         a linear layer's output by reordering its weight's (and bias's) rows, or a norm per head of one
         times a per-head scale (Qwen3's q_norm / k_norm: the norm does not see the order) by reordering the
         layer's rows and the scale."""
         node = self.by_name(src)
         if node.op is Op.MATVEC:
-            return self.matvec_again(node, ("rope_half", hd), 1, node.inputs[1], "rope_rows")
+            return self.matvec_again(node, ("rope_half",) + order, 1, node.inputs[1], "rope_rows")
         if node.op is Op.MUL:
             norm, scale = (self.by_name(i) for i in node.inputs)
             if norm.op is Op.PARAM:
@@ -113,10 +135,10 @@ class RopeLowering:
             # a norm per head, or over the whole vector (OLMo2's q_norm / k_norm; one head's, a model with one
             # KV head): an order within each head changes neither
             group = norm.attrs.get("group") or norm.type.shape[0] if norm.op is Op.RMSNORM else 0
-            if group and group % hd == 0 and scale.op is Op.PARAM and self.by_name(norm.inputs[0]).op is Op.MATVEC:
-                rows = self.pairs_interleaved(norm.inputs[0], hd)
+            if group and group % order[0] == 0 and scale.op is Op.PARAM and self.by_name(norm.inputs[0]).op is Op.MATVEC:
+                rows = self.pairs_interleaved(norm.inputs[0], order)
                 normed = self.emit(Op.RMSNORM, [rows], dict(norm.attrs), hint="rmsnorm")
-                return self.emit(Op.MUL, [normed, self.param_again(scale, ("rope_half", hd), 0)])
+                return self.emit(Op.MUL, [normed, self.param_again(scale, ("rope_half",) + order, 0)])
         self.fail("rotate-half RoPE must act on a linear layer's output (or its norm, per head or whole)")
 
     def rope_attrs(self, rope) -> dict:

@@ -79,6 +79,7 @@ class SoftCap:
 class Split:
     vec: str
     bounds: list
+    period: int = 0     # the bounds are rows of each block of `period` (kogc.frontend.aten.row_block)
 
 
 # ATen ops that change neither an activation's values nor their order (after the size-1 axes are

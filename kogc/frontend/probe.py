@@ -16,6 +16,8 @@ from dataclasses import dataclass
 import torch
 import torch.fx as fx
 
+from ..ir.graph import Op
+
 
 class PosGraph:
     """Evaluates nodes whose values depend only on the position and constants, at any position.
@@ -77,22 +79,39 @@ def probe_positions(max_pos: int) -> list[int]:
 @dataclass
 class Rope:
     """y = rotation of x by pos * inv_freq[j] per pair, times `scale`; `pairing` "interleaved" (pairs
-    (2j, 2j+1)) or "half" (pairs (j, j + hd/2), the rotate-half form)."""
+    (2j, 2j+1)) or "half" (pairs (j, j + rot/2) over a head's first `rotary` dims (0: all of them), the
+    rotate-half form; the dims after them in pairs (2j, 2j+1) of frequency 0: a partial rotary embedding)."""
     head_dim: int
     pairing: str
     inv_freq: list[float]
     scale: float
+    rotary: int = 0
 
 
-def _pairs(hd: int, pairing: str):
+def _pairs(hd: int, pairing: str, rotary: int = 0):
     j = torch.arange(hd // 2)
-    return (2 * j, 2 * j + 1) if pairing == "interleaved" else (j, j + hd // 2)
+    if pairing == "interleaved":
+        return (2 * j, 2 * j + 1)
+    rot = rotary or hd
+    a = torch.where(j < rot // 2, j, 2 * j)
+    b = torch.where(j < rot // 2, j + rot // 2, 2 * j + 1)
+    return a, b
+
+
+def _rotated_dims(block: torch.Tensor) -> int:
+    """The leading dims a rotation moves at position 1: those before the trailing ones it leaves alone (even)."""
+    hd = block.shape[0]
+    eye = torch.eye(hd, dtype=block.dtype)
+    rot = hd
+    while rot > 0 and torch.allclose(block[:, rot - 1], eye[:, rot - 1], atol=1e-6, rtol=0):
+        rot -= 1
+    return rot + rot % 2
 
 
 def rope_apply(x: torch.Tensor, r: Rope, pos: int) -> torch.Tensor:
     """The hypothesis: x [n] (heads of head_dim) rotated as `r` says, in float64."""
     x = x.double().reshape(-1, r.head_dim)
-    a, b = _pairs(r.head_dim, r.pairing)
+    a, b = _pairs(r.head_dim, r.pairing, r.rotary)
     ang = pos * torch.tensor(r.inv_freq, dtype=torch.float64)
     c, s = torch.cos(ang) * r.scale, torch.sin(ang) * r.scale
     y = torch.empty_like(x)
@@ -115,8 +134,10 @@ def probe_rope(f, n: int, head_dim: int, max_pos: int) -> Rope | None:
         x[i::hd] = 1.0
         block[:, i] = f(x, 1).double().reshape(-1, hd)[0]
     far = max(max_pos - 1, 1)
-    for pairing in ("interleaved", "half"):
-        a, b = _pairs(hd, pairing)
+    rot = _rotated_dims(block)
+    tries = [("interleaved", 0), ("half", 0)] + ([("half", rot)] if 0 < rot < hd else [])
+    for pairing, rotary in tries:
+        a, b = _pairs(hd, pairing, rotary)
         c1, s1 = block[a, a], block[b, a]
         scale = float(torch.sqrt(c1 ** 2 + s1 ** 2).mean())
         if scale <= 0:
@@ -133,9 +154,32 @@ def probe_rope(f, n: int, head_dim: int, max_pos: int) -> Rope | None:
         ang_far = torch.atan2(sf, cf)
         turns = torch.round((coarse * far - ang_far) / (2 * math.pi))
         freq = (ang_far + 2 * math.pi * turns) / far
-        r = Rope(hd, pairing, [float(v) for v in freq], scale)
+        r = Rope(hd, pairing, [float(v) for v in freq], scale, rotary)
         if _holds(f, r, n, max_pos):
             return r
+    return None
+
+
+# activation functions a region of elementwise ops may compute (GPT-2's and Phi-2's "gelu_new" written out)
+ACTIVATIONS = {"gelu_tanh": Op.GELU_TANH, "gelu": Op.GELU, "silu": Op.SILU}
+_ACT_FNS = {"gelu_tanh": lambda x: torch.nn.functional.gelu(x, approximate="tanh"),
+            "gelu": torch.nn.functional.gelu, "silu": torch.nn.functional.silu}
+
+
+def probe_activation(f, n: int, max_pos: int) -> str | None:
+    """The activation (a key of ACTIVATIONS) f(x [n], pos) -> [n] computes elementwise at every probed position,
+    on inputs from -8 to 8 (within fp32 rounding); else None."""
+    gen = torch.Generator().manual_seed(0)
+    xs = [torch.linspace(-8.0, 8.0, n), torch.randn(n, generator=gen) * 3]
+    try:
+        got = [[f(x, pos).double() for x in xs] for pos in probe_positions(max_pos)]
+    except (RuntimeError, ValueError):
+        return None
+    for name, fn in _ACT_FNS.items():
+        want = [fn(x.double()) for x in xs]
+        if all(g.shape == w.shape and torch.allclose(g, w, rtol=1e-5, atol=1e-6)
+               for at in got for g, w in zip(at, want)):
+            return name
     return None
 
 

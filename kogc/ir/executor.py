@@ -49,6 +49,13 @@ def _rmsnorm(node, args, types):
     return y.reshape(args[0].shape).to(args[0].dtype)
 
 
+def _layernorm(node, args, types):
+    x = args[0]
+    w, b = (a.float() for a in args[1:]) if len(args) == 3 else (args[1].float() if len(args) > 1 else None, None)
+    y = torch.nn.functional.layer_norm(x.float(), x.shape[-1:], w, b, node.attrs["eps"])
+    return y.to(x.dtype)
+
+
 def _matvec(node, args, types):
     w, x = args[:2]
     b = args[2] if len(args) == 3 else None
@@ -132,6 +139,7 @@ RUNNERS: dict[Op, Callable] = {
     Op.EMBED: lambda n, a, t: a[0][int(a[1])],
     Op.BROADCAST_LANES: lambda n, a, t: a[0].unsqueeze(0).expand((n.attrs["lanes"],) + tuple(a[0].shape)),
     Op.RMSNORM: _rmsnorm,
+    Op.LAYERNORM: _layernorm,
     Op.MUL: _binary(torch.mul), Op.ADD: _binary(torch.add), Op.SUB: _binary(torch.sub),
     Op.SCALE: lambda n, a, t: a[0] * n.attrs["factor"],
     Op.SILU: lambda n, a, t: torch.nn.functional.silu(a[0]),

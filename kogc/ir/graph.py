@@ -21,6 +21,8 @@ class Op(enum.Enum):
     BROADCAST_LANES = "broadcast_lanes"  # replicated x -> lane-batched copies; attrs: lanes
     RMSNORM = "rmsnorm"              # x / sqrt(mean(x^2) + eps), fp32 inside; attrs: eps, and `group`: each
                                      # consecutive `group` elements normed alone (a norm per head), else all
+    LAYERNORM = "layernorm"          # (x [D][, weight [D][, bias [D]]]) -> (x - mean) / sqrt(var + eps) * weight + bias,
+                                     # fp32 inside, rounded once (F.layer_norm); attrs: eps
     MUL = "mul"
     ADD = "add"
     SUB = "sub"

@@ -60,6 +60,9 @@ def shard(graph: Graph, ranks: int, rank: int) -> Graph:
         raise ShardError(f"--gpus {ranks}: the argmax's input must be one shared LM head matvec, "
                          f"got {head.op.value} at {head.source or '?'}")
     head_w = by[head.inputs[0]]
+    if len(head.inputs) == 3:
+        raise ShardError(f"--gpus {ranks}: an LM head with a bias is not cut into vocabulary shards, at "
+                         f"{head.source or '?'}")
     vocab = head.type.shape[0]
     if vocab < ranks:
         raise ShardError(f"--gpus {ranks}: a vocabulary of {vocab} cannot be cut into {ranks} shards")

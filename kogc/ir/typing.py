@@ -85,6 +85,17 @@ def _rmsnorm(ins, attrs):
     return x
 
 
+def _layernorm(ins, attrs):
+    x = ins[0]
+    _float(x, "input")
+    if len(x.shape) != 1:
+        raise IRTypeError(f"a LayerNorm needs a vector, got {x}")
+    for what, a in zip(("weight", "bias"), ins[1:]):
+        if a.shape != x.shape or a.dtype != x.dtype or a.lanes not in (0, x.lanes):
+            raise IRTypeError(f"a LayerNorm's {what} must be [{x.shape[0]}] of {x.dtype}, shared or per lane as x, got {a}")
+    return x
+
+
 def _matvec(ins, attrs):
     w, x = ins[:2]
     if len(w.shape) != 2 or len(x.shape) != 1 or w.shape[1] != x.shape[0]:
@@ -162,7 +173,7 @@ _RULES = {
     Op.INPUT: _leaf, Op.PARAM: _leaf, Op.STATE: _leaf,
     Op.EMBED: _embed,
     Op.BROADCAST_LANES: _broadcast_lanes,
-    Op.RMSNORM: _rmsnorm, Op.SCALE: _same, Op.SILU: _same, Op.GELU: _same, Op.GELU_TANH: _same,
+    Op.RMSNORM: _rmsnorm, Op.LAYERNORM: _layernorm, Op.SCALE: _same, Op.SILU: _same, Op.GELU: _same, Op.GELU_TANH: _same,
     Op.MATVEC: _matvec,
     Op.ROPE: _rope,
     Op.KV_WRITE: _kv_write,
@@ -173,7 +184,7 @@ _RULES = {
     Op.OUTPUT: lambda ins, attrs: None,
 }
 
-ARITY = {Op.EMBED: 2, Op.BROADCAST_LANES: 1, Op.RMSNORM: 1, Op.SCALE: 1, Op.SILU: 1, Op.GELU: 1, Op.GELU_TANH: 1,
+ARITY = {Op.EMBED: 2, Op.BROADCAST_LANES: 1, Op.RMSNORM: 1, Op.LAYERNORM: (1, 2, 3), Op.SCALE: 1, Op.SILU: 1, Op.GELU: 1, Op.GELU_TANH: 1,
          Op.MATVEC: (2, 3),
          Op.ROPE: 2, Op.KV_WRITE: 3, Op.ATTENTION: 4, Op.LANE_SUM: 1, Op.LANE_MEAN: 1,
          Op.LANE_SUM_OTHERS: 1, Op.ARGMAX: 1, Op.MUL: 2, Op.ADD: 2, Op.SUB: 2,

@@ -5,6 +5,15 @@ from __future__ import annotations
 import torch
 
 
+def rope_half_order(hd: int, rot: int = 0) -> torch.Tensor:
+    """A head's dims in interleaved-pair order, where rotate-half RoPE turns its first `rot` (all: 0) as pairs
+    (j, j + rot/2): those pairs become (2j, 2j + 1), the dims it leaves alone (a partial rotary
+    embedding's: GPT-NeoX's, Phi-2's) stay after them."""
+    rot = rot or hd
+    j = torch.arange(rot // 2)
+    return torch.cat((torch.stack((j, j + rot // 2), 1).reshape(-1), torch.arange(rot, hd)))
+
+
 def derive_step(t: torch.Tensor, step) -> torch.Tensor:
     """One step of a weight's view (PARAM attrs "view"): how kogc packs a parameter as the IR uses it."""
     kind = step[0]
@@ -12,15 +21,14 @@ def derive_step(t: torch.Tensor, step) -> torch.Tensor:
         return t.t()
     if kind == "rows":
         return t[step[1]:step[2]]
-    if kind == "rope_half":     # per head: rows (j, j + hd/2) become (2j, 2j + 1)
+    if kind == "strided_rows":  # rows start..end of every block of `period` rows
+        period, start, end = step[1:]
+        return t.reshape(-1, period, *t.shape[1:])[:, start:end].reshape(-1, *t.shape[1:])
+    if kind == "rope_half":     # per head: rows (j, j + rot/2) become (2j, 2j + 1), rows from rot on stay
         hd = step[1]
-        j = torch.arange(hd // 2)
-        order = torch.stack((j, j + hd // 2), 1).reshape(-1)
-        return t.reshape(-1, hd, *t.shape[1:])[:, order].reshape(t.shape)
+        return t.reshape(-1, hd, *t.shape[1:])[:, rope_half_order(*step[1:])].reshape(t.shape)
     if kind == "rope_half_rows":   # the same order along the last axis (a KV cache's head_dim)
-        hd = step[1]
-        j = torch.arange(hd // 2)
-        return t[..., torch.stack((j, j + hd // 2), 1).reshape(-1)]
+        return t[..., rope_half_order(*step[1:])]
     if kind == "tile":          # a per-head vector repeated for each of step[1] heads
         return t.repeat(step[1])
     if kind == "flat":

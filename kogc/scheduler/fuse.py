@@ -15,12 +15,14 @@ from .config import ESIZE, TileConfig, tile_rows
 from .errors import SchedulerError
 
 # prologues: how a matvec forms its input vector (a gated kind: act(gate) * up of two stored vectors)
-PLAIN, RMSNORM, ATTN_COMBINE = "plain", "rmsnorm", "attn_combine"
+PLAIN, RMSNORM, LAYERNORM, ATTN_COMBINE = "plain", "rmsnorm", "layernorm", "attn_combine"
 # the gated MLP's activation act(gate) * up, one kind per act: a prologue, or an epilogue whose rows come in
 # (gate, up) pairs of two weights on the same input and which stores the product
 SILU_MUL, GELU_MUL, GELU_TANH_MUL = "silu_mul", "gelu_mul", "gelu_tanh_mul"
 GATED = {Op.SILU: SILU_MUL, Op.GELU: GELU_MUL, Op.GELU_TANH: GELU_TANH_MUL}
 GATED_KINDS = frozenset(GATED.values())
+# an epilogue storing act(its rows) (a plain MLP's first matvec: GPT-NeoX's, Starcoder2's), one kind per act
+ACT_STORE = {Op.SILU: "silu_store", Op.GELU: "gelu_store", Op.GELU_TANH: "gelu_tanh_store"}
 # epilogues: what it does with its result rows (or a gated kind)
 STORE, ROPE_STORE, ROPE_CACHE, CACHE, RESIDUAL, STORE_ARGMAX = (
     "store", "rope_store", "rope_cache", "cache", "residual", "store_argmax")
@@ -85,6 +87,16 @@ def _norm_input(n: Node, by: dict[str, Node]) -> tuple[str, str, float] | None:
     return norm.inputs[0], g.name, norm.attrs["eps"]
 
 
+def _layer_norm_input(n: Node, source: str) -> tuple[str, str, str, float] | None:
+    """x = layernorm(h) * g + b, the op's own weight and bias: (h, g, b, eps); None where n is no LayerNorm."""
+    if n.op is not Op.LAYERNORM:
+        return None
+    if len(n.inputs) != 3:
+        raise SchedulerError(f"a LayerNorm without {'a weight and ' if len(n.inputs) == 1 else ''}a bias ({n.name}) "
+                             f"is not supported by the kernel, at {source or '?'}")
+    return n.inputs[0], n.inputs[1], n.inputs[2], n.attrs["eps"]
+
+
 def fuse(graph: Graph, cfg=None) -> list[FusedOp]:
     """cfg (TileConfig): the tile size and weight format, which decide where a gated pair pays."""
     cfg = cfg or TileConfig()
@@ -144,11 +156,16 @@ def fuse(graph: Graph, cfg=None) -> list[FusedOp]:
                 add("normed_residual", n, n.type.lanes, h=stream, x=x, g=g, eps=eps, out=n.name)
         elif n.op is Op.LANE_MEAN:
             src = _norm_input(by[n.inputs[0]], by)
+            layer = _layer_norm_input(by[n.inputs[0]], by[n.inputs[0]].source)
             if src is not None:
                 h, g, eps = src
                 mul = by[n.inputs[0]]
                 take(n.name, mul.name, *mul.inputs)
-                add("final_norm", n, 0, h=h, g=g, eps=eps, out=n.name)
+                add("final_norm", n, 0, h=h, g=g, eps=eps, out=n.name, norm=RMSNORM)
+            elif layer is not None:
+                h, g, b, eps = layer
+                take(n.name, n.inputs[0])
+                add("final_norm", n, 0, h=h, g=g, b=b, eps=eps, out=n.name, norm=LAYERNORM)
         elif n.op is Op.ARGMAX:
             take(n.name)
             add("argmax", n, 0, logits=n.inputs[0], out=n.name)
@@ -209,9 +226,13 @@ def _matvec(n: Node, by, users, order, take, residual_done, paired) -> FusedOp:
     take(n.name)
     # prologue
     norm = _norm_input(x, by)
+    layer = _layer_norm_input(x, x.source) if x.type.lanes == n.type.lanes else None
     if norm is not None and x.type.lanes == n.type.lanes:
         p.update(prologue=RMSNORM, x=norm[0], g=norm[1], eps=norm[2])
         take(x.name, *x.inputs)
+    elif layer is not None:
+        p.update(prologue=LAYERNORM, x=layer[0], g=layer[1], b=layer[2], eps=layer[3])
+        take(x.name)
     elif paired(x) is not None:
         p.update(prologue=PLAIN, x=x.name)      # act(gate) * up, stored by the gated pair's tasks
     elif x.op is Op.MUL and any(by[i].op in GATED for i in x.inputs):
@@ -243,15 +264,19 @@ def _matvec(n: Node, by, users, order, take, residual_done, paired) -> FusedOp:
     elif len(us) == 1 and us[0].op is Op.KV_WRITE:
         take(us[0].name)
         p.update(epilogue=CACHE, cache=us[0].inputs[0], head_dim=us[0].type.shape[2])
+    elif len(us) == 1 and us[0].op in ACT_STORE and users[us[0].name] and \
+            all(u.op is Op.MATVEC for u in users[us[0].name]):
+        # act(rows) read only by matvecs (a plain MLP): computed once here, not in every reader's prologue
+        take(us[0].name)
+        p.update(epilogue=ACT_STORE[us[0].op], out=us[0].name)
     elif any(u.op is Op.ARGMAX for u in us):
-        if p["bias"]:
-            raise SchedulerError(f"an LM head with a bias ({n.name}) is not supported, at {n.source or '?'}")
         p.update(epilogue=STORE_ARGMAX, out=n.name, softcap=n.attrs.get("softcap", 0.0))
     else:
         p.update(epilogue=STORE, out=n.name)
         # (a biased matvec stores its rows and a residual task adds them: the residual epilogue's
         # arguments leave no slot for a bias)
-        fused = None if p["bias"] else _fusable_residual(n, by, users, order)
+        # (nor for a LayerNorm's bias, A_NORM_BIAS)
+        fused = None if p["bias"] or p["prologue"] == LAYERNORM else _fusable_residual(n, by, users, order)
         if fused is not None:
             add_node, stream, terms = fused
             residual_done.add(add_node.name)

@@ -22,6 +22,8 @@ NARGS = 14
 A_KEYS = A_CACHE    # the LM head (store_argmax) and the argmax: where the step's token keys are (no cache there)
 A_BIAS = A_H        # a biased matvec: its rows' bias in the small arena (never a residual epilogue: fuse)
 A_ROPE = A_TERM     # RoPE (a matvec's rope epilogue, head_norm): its table's first element in COS and SIN
+A_NORM_BIAS = A_TERM_COEF   # a LayerNorm's bias in the small arena (a matvec's prologue, the final norm; never a
+                            # residual epilogue: fuse)
 A_WINDOW = A_TERM   # attention: its sliding window W (positions max(0, pos - W + 1)..pos; 0: 0..pos)
 # Delayed tensor parallelism (several ranks) reuses slots the kinds involved leave free:
 A_RECV = A_CACHE         # a receive buffer in the f32 arena: [2 step parities][peers][n]

@@ -14,9 +14,10 @@ from ..ir.executor import rope_table_offsets
 from ..ir.graph import Graph, Op
 from .config import ESIZE, TileConfig, attention_splits, last_split_combines, tile_rows
 from .errors import SchedulerError
-from .fuse import (ALL, ATTN_COMBINE, GATED_KINDS, OTHERS, OWN, PLAIN, RESIDUAL, ROPE_CACHE, ROPE_STORE, STORE_ARGMAX,
-                   FusedOp, is_pow2)
-from .tasks import (A_BIAS, A_CACHE, A_EPS, A_H, A_KEYS, A_OUT, A_OWN_COEF, A_RECV, A_RECV_STRIDE, A_RES_OUT, A_ROPE, A_ROW0,
+from .fuse import (ALL, ATTN_COMBINE, GATED_KINDS, LAYERNORM, OTHERS, OWN, PLAIN, RESIDUAL, RMSNORM, ROPE_CACHE, ROPE_STORE,
+                   STORE_ARGMAX, FusedOp, is_pow2)
+from .tasks import (A_BIAS, A_CACHE, A_EPS, A_H, A_KEYS, A_NORM_BIAS, A_OUT, A_OWN_COEF, A_RECV, A_RECV_STRIDE, A_RES_OUT,
+                    A_ROPE, A_ROW0,
                     A_SLOT, A_TERM, A_TERM_COEF, A_TERM_SEL, A_TERM_STRIDE, A_WINDOW, A_X, A_X2, NARGS, SELECT_CODES,
                     TOKEN_KEYS, Exchange, Region, Task, WeightTile, next_pow2)
 
@@ -141,17 +142,21 @@ def tile_rank(graph: Graph, ops: list[FusedOp], cfg: TileConfig) -> tuple[list[T
             d = by[p["out"]].type.shape[0]
             val(p["out"])
             blk = _pow2_block(d, cfg.elem_block)
-            (term,) = p["terms"] if len(p["terms"]) == 1 else _too_many(op)
+            first, term = _residual_task_terms(op)
             L = op.lanes
+            variant = ("residual", blk, L) + (("two",) if first else ())
             for l in lanes_of(op):
                 for r0 in range(0, d, blk):
                     args = _args({A_H: lay.at(p["h"], l, r0), A_OUT: lay.at(p["out"], l, r0)})
                     reads = [lay.region(p["h"], l, r0, r0 + blk)] + _term_reads(term, l, L, lay, r0, blk)
+                    if first:
+                        args[A_X], args[A_OWN_COEF] = lay.at(first.value, l, r0), f32_bits(first.coef)
+                        reads += _term_reads(first, l, L, lay, r0, blk)
                     args = _term_args(args, term, l, lay, r0)
                     if term.value in sent and term.select != OWN:
                         reads.append(_remote_term(args, term, by, lay, recv_slot(term.value, d, op).recv, r0))
-                    new(("residual", blk, L), op, l, args, reads, [lay.region(p["out"], l, r0, r0 + blk)],
-                        cost=blk * es * (L + 2))
+                    new(variant, op, l, args, reads, [lay.region(p["out"], l, r0, r0 + blk)],
+                        cost=blk * es * (L + 2 + bool(first)))
         elif op.kind == "normed_residual":
             # each block reads the whole of x for its sum of squares, so it waits for every task storing x
             d = by[p["out"]].type.shape[0]
@@ -172,9 +177,14 @@ def tile_rank(graph: Graph, ops: list[FusedOp], cfg: TileConfig) -> tuple[list[T
             val(p["out"])
             args = _args({A_H: lay.at(p["h"], 0), A_TERM_STRIDE: d, A_X2: lay.at(p["g"], 0),
                           A_ROW0: d if g.type.lanes else 0, A_OUT: lay.at(p["out"], -1), A_EPS: f32_bits(p["eps"])})
+            if p["norm"] == LAYERNORM:
+                if by[p["b"]].type.lanes != g.type.lanes:
+                    raise SchedulerError(f"a LayerNorm's weight and bias must both be shared or both per lane, at "
+                                         f"{op.source or '?'}")
+                args[A_NORM_BIAS] = lay.at(p["b"], 0)
             reads = [lay.region(p["h"], l, 0, d) for l in range(L)]
             # (the variant says whether each lane has its own scale or all share one, held as one row)
-            variant = ("final_norm", d, L, L if g.type.lanes else 1)
+            variant = ("final_norm", d, L, L if g.type.lanes else 1, p["norm"])
             if not npeer:
                 new(variant, op, -1, args, reads, [lay.region(p["out"], -1, 0, d)], cost=d * es * (L + 1))
             else:
@@ -325,9 +335,11 @@ def _prologue_kind(p, cfg) -> str:
 
 def _prologue(op, by, lay, l, K, pro):
     p = op.p
-    if pro == "rmsnorm":
-        return [lay.region(p["x"], l, 0, K)], {A_X: lay.at(p["x"], l), A_X2: lay.at(p["g"], l),
-                                                A_EPS: f32_bits(p["eps"])}
+    if pro in (RMSNORM, LAYERNORM):
+        args = {A_X: lay.at(p["x"], l), A_X2: lay.at(p["g"], l), A_EPS: f32_bits(p["eps"])}
+        if pro == LAYERNORM:
+            args[A_NORM_BIAS] = lay.at(p["b"], l)
+        return [lay.region(p["x"], l, 0, K)], args
     if pro in GATED_KINDS:
         return [lay.region(p["x"], l, 0, K), lay.region(p["x2"], l, 0, K)], {A_X: lay.at(p["x"], l),
                                                                              A_X2: lay.at(p["x2"], l)}
@@ -455,6 +467,19 @@ def _pow2_block(d: int, cap: int) -> int:
 def _pow2(x: int, what: str, op: FusedOp):
     if not is_pow2(x):
         raise SchedulerError(f"{what} {x} at {op.node} ({op.source}) is not a power of two: not supported yet")
+
+
+def _residual_task_terms(op: FusedOp):
+    """(first, term) of a residual task: its one term (first None), or two of which one is this lane's own
+    (first)."""
+    terms = op.p["terms"]
+    if len(terms) == 1:
+        return None, terms[0]
+    own = [t for t in terms if t.select == OWN]
+    if len(terms) != 2 or not own:
+        _too_many(op)
+    first = own[0]
+    return first, next(t for t in terms if t is not first)
 
 
 def _too_many(op: FusedOp):

@@ -1,0 +1,133 @@
+"""Decoders with LayerNorm (GPT-NeoX / Pythia, Phi-2, StableLM, Starcoder2): the norm with its weight and bias
+in a matvec's prologue and in the final norm, plain (non-gated) MLPs whose first matvec stores act(rows),
+partial rotary embeddings, GPT-NeoX's fused QKV interleaved per head, parallel attention and MLP blocks
+(their two biased outputs added to the residual in one task), an LM head with a bias, and GELU written out
+(Phi-2's and GPT-2's "gelu_new"), found by probing. Eager, the IR and the kernel under Triton's interpreter
+agree in fp32 within 1e-5."""
+import pytest
+import torch
+from test_ordinary import assert_equals_eager, assert_fp8_kernel_equals_its_weights, hf_model
+
+import kogc
+from kogc.frontend import FrontendError, to_ir
+from kogc.ir.graph import Op
+from kogc.scheduler.errors import SchedulerError
+
+pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="CPU interpreter path (GPU covered by test_gpu)")
+transformers = pytest.importorskip("transformers")
+
+
+def with_random_affine(model):
+    """Norm weights and biases and every linear bias random (transformers starts them at 1 and 0)."""
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name or name.endswith("bias"):
+                p.add_(torch.randn(p.shape, generator=torch.Generator().manual_seed(len(name))) * 0.3)
+    return model
+
+
+FAMILIES = {
+    # LayerNorm, rotate-half RoPE on a quarter of each head, a gated SiLU MLP, Q/K/V biased
+    "stablelm": ("StableLmForCausalLM", dict(use_qkv_bias=True)),
+    # LayerNorm, GELU (tanh) MLP not gated, every linear layer biased
+    "starcoder2": ("Starcoder2ForCausalLM", {}),
+    # fused QKV as [heads, 3 * head_dim], RoPE on a quarter, attention and MLP in parallel from two norms
+    "gpt_neox": ("GPTNeoXForCausalLM", dict(num_key_value_heads=6)),
+    "gpt_neox_sequential": ("GPTNeoXForCausalLM", dict(num_key_value_heads=6, use_parallel_residual=False)),
+    # one norm for both parallel sublayers, RoPE on half of each head, gelu_new written out, a biased LM head
+    "phi": ("PhiForCausalLM", {}),
+}
+
+
+def family(name, **extra):
+    cls_name, cfg = FAMILIES[name]
+    return with_random_affine(hf_model(cls_name, pad_token_id=0, **{**cfg, **extra}))
+
+
+@pytest.mark.parametrize("name", list(FAMILIES))
+def test_layer_norm_families_equal_eager(name):
+    ck = assert_equals_eager(family(name), kernel_at=(0, 5), steps=6)
+    variants = ck.schedule.variants
+    assert any(v[0] == "matvec" and v[3] == "layernorm" for v in variants)
+    assert [v[4] for v in variants if v[0] == "final_norm"] == ["layernorm"]
+    if name == "phi":
+        assert any(v[4] == "store_argmax" and v[-1] == "bias" for v in variants if v[0] == "matvec")
+    if name in ("gpt_neox", "phi"):     # the parallel block's two biased outputs and h in one task
+        assert ("residual", 32, 1, "two") in variants
+    if name in ("starcoder2", "gpt_neox", "phi"):
+        assert any(v[0] == "matvec" and v[4].endswith("_store") for v in variants)
+
+
+def test_layer_norm_over_column_parts():
+    # a width of 72 = 64 + 8: the norm's mean and variance over both column parts (9 heads of 8)
+    model = family("gpt_neox", hidden_size=72, num_attention_heads=9, num_key_value_heads=9, intermediate_size=96)
+    ck = assert_equals_eager(model, kernel_at=(0, 3), steps=4)
+    from kogc.scheduler.tasks import column_parts
+    assert len(column_parts(72)) == 2 and any(v[2] == 72 and v[3] == "layernorm" for v in ck.schedule.variants
+                                              if v[0] == "matvec")
+
+
+def test_fp8_kernel_with_layer_norms_and_a_biased_head():
+    assert_fp8_kernel_equals_its_weights(family("phi"))
+
+
+def test_written_out_gelu_is_one_op():
+    # Phi-2's gelu_new: 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))), probed as GELU's tanh form
+    graph = to_ir(kogc.frontend.decode_step(family("phi")))
+    assert sum(n.op is Op.GELU_TANH for n in graph.nodes) == 2
+
+
+class WrittenOut(torch.nn.Module):
+    """One layer whose activation is written out: `act` of the up projection's output."""
+
+    def __init__(self, act):
+        super().__init__()
+        self.emb = torch.nn.Embedding(32, 16)
+        self.up, self.down = torch.nn.Linear(16, 32, bias=False), torch.nn.Linear(32, 32, bias=False)
+        self.act = act
+
+    def forward(self, token, pos):
+        logits = self.down(self.act(self.up(self.emb(token.reshape(1, 1))))).reshape(-1)
+        return logits, torch.argmax(logits)
+
+
+def test_written_out_activations():
+    graph = to_ir(WrittenOut(lambda x: x * torch.sigmoid(x)))
+    assert [n.op for n in graph.nodes if n.op in (Op.SILU, Op.GELU, Op.GELU_TANH)] == [Op.SILU]
+    graph = to_ir(WrittenOut(lambda x: x * 0.5 * (1.0 + torch.erf(x / 2 ** 0.5))))
+    assert [n.op for n in graph.nodes if n.op in (Op.SILU, Op.GELU, Op.GELU_TANH)] == [Op.GELU]
+    with pytest.raises(FrontendError) as e:       # a cube is no activation kogc knows
+        to_ir(WrittenOut(lambda x: torch.pow(x, 3.0)))
+    assert "neither an activation function (gelu_tanh, gelu, silu) nor a rotary embedding" in str(e.value)
+
+
+def test_layer_norm_without_a_bias_is_one_line():
+    # LayerNorm(bias=False) (the IR holds it; the kernel's prologue takes a weight and a bias)
+    model = family("starcoder2")
+    for layer in model.model.layers:
+        layer.input_layernorm.bias = None
+    with pytest.raises(SchedulerError) as e:
+        kogc.compile(kogc.frontend.decode_step(model))
+    assert "a LayerNorm without a bias" in str(e.value) and "modeling_starcoder2.py" in str(e.value)
+    assert_equals_eager(model, kernel_at=(), steps=2)      # the IR alone
+
+
+def test_partial_rotary_rows_and_cache_order():
+    from kogc.ir.views import derive_step, rope_half_order
+    assert rope_half_order(8, 4).tolist() == [0, 2, 1, 3, 4, 5, 6, 7]
+    assert rope_half_order(4).tolist() == [0, 2, 1, 3]
+    w = torch.arange(12.0)[:, None]         # 2 blocks of 6 rows: rows 2..4 of each
+    assert derive_step(w, ("strided_rows", 6, 2, 4)).reshape(-1).tolist() == [2, 3, 8, 9]
+    graph = to_ir(kogc.frontend.decode_step(family("gpt_neox")))
+    states = [n.attrs.get("view") for n in graph.nodes if n.op is Op.STATE]
+    assert ["rope_half_rows", 16, 4] in [s[0] for s in states if s]
+    ropes = [n for n in graph.nodes if n.op is Op.ROPE]
+    assert ropes and all(f == 0.0 for f in ropes[0].attrs["inv_freq"][2:])     # the 12 dims left alone
+
+
+def test_lm_head_with_a_bias_equals_eager():
+    from test_ordinary import tiny_llama
+    model = tiny_llama()
+    model.output.bias = torch.nn.Parameter(torch.randn(model.output.out_features))
+    ck = assert_equals_eager(model, kernel_at=(1,), steps=2)
+    assert any(v[4] == "store_argmax" and v[-1] == "bias" for v in ck.schedule.variants if v[0] == "matvec")
