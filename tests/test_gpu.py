@@ -118,3 +118,21 @@ def test_gemma3_on_the_gpu(tmp_path):
                                     num_key_value_heads=1, head_dim=256, query_pre_attn_scalar=256, sliding_window=32,
                                     max_position_embeddings=32768,
                                     layer_types=["sliding_attention"] * 2 + ["full_attention", "sliding_attention"])
+
+
+@pytest.mark.gpu
+def test_gpt_neox_on_the_gpu(tmp_path):
+    # GPT-NeoX (4 layers, a width of 1024, 8 heads of 128): LayerNorm (random weights and biases), the fused QKV
+    # per head, RoPE on a quarter of each head, attention and a GELU MLP in parallel, every layer biased
+    check_random_transformers_model(tmp_path, "GPTNeoXForCausalLM", "GPTNeoXConfig", 1.0, vocab_size=32000,
+                                    hidden_size=1024, intermediate_size=4096, num_hidden_layers=4, num_attention_heads=8,
+                                    rotary_pct=0.25, max_position_embeddings=4096)
+
+
+@pytest.mark.gpu
+def test_phi_on_the_gpu(tmp_path):
+    # Phi (4 layers, a width of 1024, 16 heads of 64): one LayerNorm for both parallel sublayers, RoPE on half of
+    # each head, gelu_new written out, a biased LM head
+    check_random_transformers_model(tmp_path, "PhiForCausalLM", "PhiConfig", 1.0, vocab_size=32000,
+                                    hidden_size=1024, intermediate_size=4096, num_hidden_layers=4, num_attention_heads=16,
+                                    partial_rotary_factor=0.5, max_position_embeddings=4096)

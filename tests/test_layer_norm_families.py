@@ -131,3 +131,23 @@ def test_lm_head_with_a_bias_equals_eager():
     model.output.bias = torch.nn.Parameter(torch.randn(model.output.out_features))
     ck = assert_equals_eager(model, kernel_at=(1,), steps=2)
     assert any(v[4] == "store_argmax" and v[-1] == "bias" for v in ck.schedule.variants if v[0] == "matvec")
+
+
+@pytest.mark.parametrize("name,parallel,gated", [("gpt_neox", True, False), ("starcoder2", False, False),
+                                                 ("stablelm", False, True)])
+def test_handwritten_baseline_has_the_models_forms(name, parallel, gated):
+    # kogc bench's strongest baseline: LayerNorm, the plain or gated MLP, the parallel block; the weights kogc
+    # streams, its step run on the CPU (without its CUDA graph) and over two ranks
+    from kogc.bench.handwritten import shapes_of, step_fn
+    from kogc.scheduler import build_schedule
+    from kogc.targets import H200
+    s = build_schedule(to_ir(kogc.frontend.decode_step(family(name))), H200, placement="sequential")
+    shapes = shapes_of(s)
+    assert (shapes.layer_norm, shapes.parallel, shapes.gated) == (True, parallel, gated)
+    step, nbytes = step_fn(shapes, 8, "cpu", dtype=torch.float32)
+    assert nbytes == sum(s.weight_bytes_per_program()) and torch.isfinite(step()).all()
+    sums = []
+    half, _ = step_fn(shapes, 8, "cpu", world=2, rank=1, all_reduce=lambda t, op="sum": sums.append(op),
+                      dtype=torch.float32)
+    half()
+    assert sums == ["sum"] * (1 if parallel else 2) * shapes.layers + ["max"]

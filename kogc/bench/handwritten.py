@@ -3,6 +3,8 @@
 A plain Llama-shaped step with the model's sizes (one lane: a Laneformer's lanes change how its sums are
 made, not the bytes): fused QKV and gate/up matrices, F.rms_norm, SDPA over a KV cache trimmed to the
 positions in use (a sliding window's layer over its window), the LM head and its maximum; random fp16 weights (it times the shape, not a model).
+The model's forms where they change the work: F.layer_norm (GPT-NeoX, Phi, StableLM, Starcoder2), a plain MLP
+act(W1 h) then W2, attention and MLP in parallel from one residual.
 `kogc bench` replays it in ONE CUDA graph, alone and after torch.compile; `kogc bench --gpus G` runs it
 Megatron-style on G ranks (heads, KV heads and MLP split, the LM head by vocabulary, an all-reduce after
 the attention output and after the MLP: kogc.bench.tp)."""
@@ -14,7 +16,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from ..scheduler.fuse import GATED_KINDS
+from ..scheduler.fuse import ACT_STORE, CACHE, GATED_KINDS, LAYERNORM, RMSNORM, ROPE_CACHE, ROPE_STORE
 
 
 @dataclass(frozen=True)
@@ -30,6 +32,9 @@ class Shapes:
     qk_norm: bool = False    # q and k normed per head before RoPE (Qwen3)
     act: str = "silu"        # the gated MLP's activation: silu, gelu or gelu_tanh (Gemma)
     windows: tuple = ()      # per layer, a sliding window's positions (0: all); () for none
+    layer_norm: bool = False  # F.layer_norm (weight and bias) instead of F.rms_norm
+    gated: bool = True       # act(gate) * up; False: a plain MLP, act(W1 h)
+    parallel: bool = False   # x + attention(norm(x)) + MLP(norm(x)) (GPT-NeoX, Phi)
 
 
 def shapes_of(schedule) -> Shapes:
@@ -39,17 +44,27 @@ def shapes_of(schedule) -> Shapes:
     mvs = [op for op in schedule.ops if op.kind == "matvec"]
     mlp = [(op.p["n"], op.p["epilogue"]) for op in mvs if op.p["epilogue"] in GATED_KINDS] or \
         [(op.p["k"], op.p["prologue"]) for op in mvs if op.p["prologue"] in GATED_KINDS]
+    plain = [op for op in mvs if op.p["epilogue"] in ACT_STORE.values()]      # a plain MLP's first matvec
+    if not mlp and plain:
+        mlp = [(op.p["n"], op.p["epilogue"]) for op in plain]
     head = [op for op in schedule.ops if op.kind == "matvec" and op.p["epilogue"] == "store_argmax"]
     emb = [op for op in schedule.ops if op.kind == "embed"]
     if not (att and mlp and head and emb):
-        raise ValueError("a hand-written step needs attention, a gated MLP, an LM head and an embedding")
+        raise ValueError("a hand-written step needs attention, an MLP, an LM head and an embedding")
     a = att[0]
     lanes = max(a.lanes, 1)
+    # parallel: the MLP's first matvec normalizes the residual attention's projections read (no add between)
+    normed = {op.p["x"] for op in mvs if op.p["prologue"] in (RMSNORM, LAYERNORM) and op.p["epilogue"] in
+              (ROPE_CACHE, ROPE_STORE, CACHE)}
+    first_mlp = plain or [op for op in mvs if op.p["epilogue"] in GATED_KINDS]
     return Shapes(hidden=head[0].p["k"], layers=len(att), heads=a.p["kv_heads"] * a.p["group"] * lanes,
                   kv_heads=a.p["kv_heads"] * lanes, head_dim=a.p["head_dim"], ffn=mlp[0][0] * lanes,
                   vocab=head[0].p["n"], qkv_bias=any(op.kind == "matvec" and op.p["bias"] for op in schedule.ops),
-                  qk_norm=any(op.kind == "head_norm" for op in schedule.ops), act=mlp[0][1].removesuffix("_mul"),
-                  windows=tuple(op.p.get("window", 0) for op in att) if any(op.p.get("window") for op in att) else ())
+                  qk_norm=any(op.kind == "head_norm" for op in schedule.ops),
+                  act=mlp[0][1].removesuffix("_mul").removesuffix("_store"),
+                  windows=tuple(op.p.get("window", 0) for op in att) if any(op.p.get("window") for op in att) else (),
+                  layer_norm=any(op.p["prologue"] == LAYERNORM for op in mvs), gated=not plain,
+                  parallel=bool(first_mlp) and first_mlp[0].p.get("x") in normed)
 
 
 def shapes_of_config(cfg) -> Shapes:
@@ -76,7 +91,7 @@ def step_fn(s: Shapes, context: int, device: str, seed: int = 0, world: int = 1,
     wqkv = [mk((h_ + 2 * kv_) * hd, D) for _ in range(NL)]
     bqkv = [mk((h_ + 2 * kv_) * hd) if s.qkv_bias else None for _ in range(NL)]
     wo = [mk(D, h_ * hd) for _ in range(NL)]
-    w13 = [mk(2 * f_, D) for _ in range(NL)]
+    w13 = [mk((2 if s.gated else 1) * f_, D) for _ in range(NL)]
     w2 = [mk(D, f_) for _ in range(NL)]
     emb, head = mk(V, D), mk(V // world, D)
     kc = torch.zeros(NL, kv_, ctx, hd, device=device, dtype=dtype)
@@ -84,16 +99,26 @@ def step_fn(s: Shapes, context: int, device: str, seed: int = 0, world: int = 1,
     rows = {w: attended_rows(context, w, ctx, device, dtype) for w in set(s.windows or [0])}
     first, layer_masks = zip(*(rows[w] for w in s.windows or [0] * NL))
     ones = torch.ones(D, device=device, dtype=dtype)
+    zeros = torch.zeros(D, device=device, dtype=dtype)
     ones_hd = torch.ones(hd, device=device, dtype=dtype)
     tok = torch.zeros(1, dtype=torch.long, device=device)
     pos = torch.tensor([context], device=device)
     reduce = all_reduce or (lambda t, op="sum": None)
     act = {"silu": F.silu, "gelu": F.gelu, "gelu_tanh": lambda t: F.gelu(t, approximate="tanh")}[s.act]
 
+    def norm(x):
+        return F.layer_norm(x, (D,), ones, zeros) if s.layer_norm else F.rms_norm(x, (D,), ones)
+
+    def mlp(h, i):
+        if not s.gated:
+            return act(h @ w13[i].t()) @ w2[i].t()
+        g, u = (h @ w13[i].t()).chunk(2, -1)
+        return (act(g) * u) @ w2[i].t()
+
     def step():
         x = emb[tok]
         for i in range(NL):
-            h = F.rms_norm(x, (D,), ones)
+            h = norm(x)
             q, k, v = F.linear(h, wqkv[i], bqkv[i]).split([h_ * hd, kv_ * hd, kv_ * hd], -1)
             if s.qk_norm:
                 q, k = F.rms_norm(q.view(h_, hd), (hd,), ones_hd), F.rms_norm(k.view(kv_, hd), (hd,), ones_hd)
@@ -103,14 +128,17 @@ def step_fn(s: Shapes, context: int, device: str, seed: int = 0, world: int = 1,
             o = F.scaled_dot_product_attention(q.view(1, h_, 1, hd), kc[i][None, :, lo:], vc[i][None, :, lo:],
                                                attn_mask=layer_masks[i][None, None, None], enable_gqa=True)
             a = o.reshape(1, -1) @ wo[i].t()
+            if s.parallel:      # (one all-reduce of both sublayers' sum)
+                m = mlp(h, i) + a
+                reduce(m)
+                x = x + m
+                continue
             reduce(a)
             x = x + a
-            h = F.rms_norm(x, (D,), ones)
-            g, u = (h @ w13[i].t()).chunk(2, -1)
-            m = (act(g) * u) @ w2[i].t()
+            m = mlp(norm(x), i)
             reduce(m)
             x = x + m
-        lg = F.rms_norm(x, (D,), ones) @ head.t()
+        lg = norm(x) @ head.t()
         best = lg.max(-1).values
         reduce(best, "max")          # the token's exchange: one more collective
         return best

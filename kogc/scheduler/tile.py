@@ -452,7 +452,8 @@ def _rows(N, K, es, tile_bytes, p) -> int:
     if p["epilogue"] in (ROPE_STORE, ROPE_CACHE, "cache"):
         rows = max(2 if p["epilogue"] != "cache" else 1, min(rows, p["head_dim"]))
         if N % rows or p["head_dim"] % rows:
-            raise SchedulerError(f"cannot tile {N} rows with head_dim {p['head_dim']}")
+            raise SchedulerError(f"cannot tile {N} rows with head_dim {p['head_dim']}: the kernel needs heads of a "
+                                 f"power of two (a tile of whole rows inside one head)")
     return rows
 
 

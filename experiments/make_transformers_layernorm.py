@@ -1,0 +1,52 @@
+"""A transformers model of a LayerNorm family's real config (GPT-NeoX / Pythia, StableLM 2, Phi-1.5,
+Starcoder2) with random fp16 weights, random norm weights and biases, built on the GPU and saved as a model
+directory, for `kogc check` / `kogc bench` on a machine that cannot receive their weights:
+
+    python experiments/make_transformers_layernorm.py pythia-1.4b /tmp/pythia
+    kogc check --model-dir /tmp/pythia --max-len 2048 --steps 256 --generate 128
+    kogc bench --model-dir /tmp/pythia --max-len 2048 --context 1024 --steps 50 --reps 5
+
+Pythia-1.4B: 24 layers of 2048, 16 heads of 128, RoPE on a quarter of each head, attention and MLP in parallel,
+GELU MLP of 8192, 50,304 tokens. StableLM-2-1.6B: 24 layers of 2048, 32 heads of 64, RoPE on a quarter, Q/K/V
+biased, gated SiLU MLP of 5632, 100,352 tokens. Phi-1.5: 24 layers of 2048, 32 heads of 64, RoPE on half,
+one norm for both parallel sublayers, gelu_new MLP of 8192, a biased LM head of 51,200 tokens. Starcoder2-3B:
+30 layers of 3072, 24 heads of 128 over 2 KV heads, a window of 4096, GELU (tanh) MLP of 12288, 49,152 tokens.
+(Phi-2's heads of 80 are not a power of two: its kernel is refused.)
+"""
+import sys
+import time
+
+import torch
+import transformers
+
+CONFIGS = {
+    "pythia-1.4b": ("GPTNeoXForCausalLM", lambda: transformers.GPTNeoXConfig(
+        vocab_size=50304, hidden_size=2048, intermediate_size=8192, num_hidden_layers=24, num_attention_heads=16,
+        rotary_pct=0.25, max_position_embeddings=2048, use_parallel_residual=True, tie_word_embeddings=False)),
+    "stablelm-2-1.6b": ("StableLmForCausalLM", lambda: transformers.StableLmConfig(
+        vocab_size=100352, hidden_size=2048, intermediate_size=5632, num_hidden_layers=24, num_attention_heads=32,
+        num_key_value_heads=32, partial_rotary_factor=0.25, use_qkv_bias=True, max_position_embeddings=4096)),
+    "phi-1.5": ("PhiForCausalLM", lambda: transformers.PhiConfig(
+        vocab_size=51200, hidden_size=2048, intermediate_size=8192, num_hidden_layers=24, num_attention_heads=32,
+        partial_rotary_factor=0.5, max_position_embeddings=2048)),
+    "starcoder2-3b": ("Starcoder2ForCausalLM", lambda: transformers.Starcoder2Config(
+        vocab_size=49152, hidden_size=3072, intermediate_size=12288, num_hidden_layers=30, num_attention_heads=24,
+        num_key_value_heads=2, sliding_window=4096, max_position_embeddings=16384)),
+}
+
+if len(sys.argv) != 3 or sys.argv[1] not in CONFIGS:
+    sys.exit(f"usage: make_transformers_layernorm.py {'|'.join(CONFIGS)} DIR")
+t0 = time.time()
+torch.manual_seed(0)
+cls, config = CONFIGS[sys.argv[1]]
+with torch.device("cuda" if torch.cuda.is_available() else "cpu"):
+    model = getattr(transformers, cls)(config()).to(torch.float16).eval()
+    model.requires_grad_(False)
+    for name, p in model.named_parameters():
+        if "norm" in name and name.endswith("weight"):
+            p.normal_(1.0, 0.3)
+        elif name.endswith("bias"):      # (zeros at init)
+            p.normal_(0.0, 0.1)
+model.save_pretrained(sys.argv[2])
+print(f"saved {sum(p.numel() for p in model.parameters()) / 1e9:.3f}B parameters to {sys.argv[2]} "
+      f"in {time.time() - t0:.1f}s")
