@@ -151,3 +151,24 @@ def test_handwritten_baseline_has_the_models_forms(name, parallel, gated):
                       dtype=torch.float32)
     half()
     assert sums == ["sum"] * (1 if parallel else 2) * shapes.layers + ["max"]
+
+
+class PostNorm(torch.nn.Module):
+    """The residual taken after the norm (BLOOM's apply_residual_connection_post_layernorm)."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb, self.ln = torch.nn.Embedding(32, 16), torch.nn.LayerNorm(16)
+        self.up, self.down = torch.nn.Linear(16, 16), torch.nn.Linear(16, 32, bias=False)
+
+    def forward(self, token, pos):
+        x = self.ln(self.emb(token.reshape(1, 1)))
+        logits = self.down(x + self.up(x)).reshape(-1)
+        return logits, torch.argmax(logits)
+
+
+def test_layer_norm_read_by_a_residual_add_is_one_line():
+    with pytest.raises(SchedulerError) as e:
+        kogc.compile(PostNorm())
+    msg = str(e.value)
+    assert "a LayerNorm's output" in msg and "read by add" in msg and "test_layer_norm_families.py" in msg, msg

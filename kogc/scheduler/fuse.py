@@ -231,6 +231,10 @@ def _matvec(n: Node, by, users, order, take, residual_done, paired) -> FusedOp:
         p.update(prologue=RMSNORM, x=norm[0], g=norm[1], eps=norm[2])
         take(x.name, *x.inputs)
     elif layer is not None:
+        other = [u for u in users[x.name] if u.op is not Op.MATVEC]
+        if other:       # (formed in each reading matvec's prologue, never stored)
+            raise SchedulerError(f"a LayerNorm's output ({x.name}) read by {other[0].op.value} {other[0].name}, not "
+                                 f"only by linear layers, is not supported, at {x.source or '?'}")
         p.update(prologue=LAYERNORM, x=layer[0], g=layer[1], b=layer[2], eps=layer[3])
         take(x.name)
     elif paired(x) is not None:
