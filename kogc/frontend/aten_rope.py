@@ -25,9 +25,8 @@ class RopeLowering:
                 elif not isinstance(v, (Const, PosFn)) and v is not None:
                     self.fail(f"unsupported op {op_name(n)} on {self.describe(a)}")
         if len({ir for _, ir in roots}) != 1:
-            # (a constant multiple of the region's activation is the same activation: GPT-2's and Phi-2's
-            # written-out GELU, 0.5 * x * (1 + tanh(...)))
-            # (the region is then a function of that activation: rooted at its first fx node)
+            # (a constant multiple of the region's activation is the same activation, GPT-2's and Phi-2's
+            # written-out GELU, 0.5 * x * (1 + tanh(...)): the region is rooted at that activation's first fx node)
             unscaled = {self.unscaled(ir) for _, ir in roots}
             if len(unscaled) == 1:
                 ir = unscaled.pop()

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import torch
 import torch.fx as fx
 
+from ..ir.executor import RUNNERS
 from ..ir.graph import Op
 
 
@@ -161,9 +162,8 @@ def probe_rope(f, n: int, head_dim: int, max_pos: int) -> Rope | None:
 
 
 # activation functions a region of elementwise ops may compute (GPT-2's and Phi-2's "gelu_new" written out)
+# (each matched against the IR's own definition: kogc.ir.executor.RUNNERS)
 ACTIVATIONS = {"gelu_tanh": Op.GELU_TANH, "gelu": Op.GELU, "silu": Op.SILU}
-_ACT_FNS = {"gelu_tanh": lambda x: torch.nn.functional.gelu(x, approximate="tanh"),
-            "gelu": torch.nn.functional.gelu, "silu": torch.nn.functional.silu}
 
 
 def probe_activation(f, n: int, max_pos: int) -> str | None:
@@ -175,8 +175,8 @@ def probe_activation(f, n: int, max_pos: int) -> str | None:
         got = [[f(x, pos).double() for x in xs] for pos in probe_positions(max_pos)]
     except (RuntimeError, ValueError):
         return None
-    for name, fn in _ACT_FNS.items():
-        want = [fn(x.double()) for x in xs]
+    for name, op in ACTIVATIONS.items():
+        want = [RUNNERS[op](None, [x.double()], None) for x in xs]
         if all(g.shape == w.shape and torch.allclose(g, w, rtol=1e-5, atol=1e-6)
                for at in got for g, w in zip(at, want)):
             return name

@@ -51,7 +51,7 @@ def _rmsnorm(node, args, types):
 
 def _layernorm(node, args, types):
     x = args[0]
-    w, b = (a.float() for a in args[1:]) if len(args) == 3 else (args[1].float() if len(args) > 1 else None, None)
+    w, b = ([a.float() for a in args[1:]] + [None, None])[:2]
     y = torch.nn.functional.layer_norm(x.float(), x.shape[-1:], w, b, node.attrs["eps"])
     return y.to(x.dtype)
 

@@ -87,13 +87,13 @@ def _norm_input(n: Node, by: dict[str, Node]) -> tuple[str, str, float] | None:
     return norm.inputs[0], g.name, norm.attrs["eps"]
 
 
-def _layer_norm_input(n: Node, source: str) -> tuple[str, str, str, float] | None:
+def _layer_norm_input(n: Node) -> tuple[str, str, str, float] | None:
     """x = layernorm(h) * g + b, the op's own weight and bias: (h, g, b, eps); None where n is no LayerNorm."""
     if n.op is not Op.LAYERNORM:
         return None
     if len(n.inputs) != 3:
         raise SchedulerError(f"a LayerNorm without {'a weight and ' if len(n.inputs) == 1 else ''}a bias ({n.name}) "
-                             f"is not supported by the kernel, at {source or '?'}")
+                             f"is not supported by the kernel, at {n.source or '?'}")
     return n.inputs[0], n.inputs[1], n.inputs[2], n.attrs["eps"]
 
 
@@ -156,7 +156,7 @@ def fuse(graph: Graph, cfg=None) -> list[FusedOp]:
                 add("normed_residual", n, n.type.lanes, h=stream, x=x, g=g, eps=eps, out=n.name)
         elif n.op is Op.LANE_MEAN:
             src = _norm_input(by[n.inputs[0]], by)
-            layer = _layer_norm_input(by[n.inputs[0]], by[n.inputs[0]].source)
+            layer = _layer_norm_input(by[n.inputs[0]])
             if src is not None:
                 h, g, eps = src
                 mul = by[n.inputs[0]]
@@ -226,7 +226,7 @@ def _matvec(n: Node, by, users, order, take, residual_done, paired) -> FusedOp:
     take(n.name)
     # prologue
     norm = _norm_input(x, by)
-    layer = _layer_norm_input(x, x.source) if x.type.lanes == n.type.lanes else None
+    layer = _layer_norm_input(x) if x.type.lanes == n.type.lanes else None
     if norm is not None and x.type.lanes == n.type.lanes:
         p.update(prologue=RMSNORM, x=norm[0], g=norm[1], eps=norm[2])
         take(x.name, *x.inputs)
