@@ -530,7 +530,7 @@ class OneLayer(torch.nn.Module):
     (dict(scale=0.3, query="input"), "scaled by 0.3"),     # (of a projection's output, it is folded into it)
     (dict(repeat="tile"), "KV heads repeated in order"),
     (dict(norm="layer"), "layer_norm over [1, 16]: only the whole last axis"),    # (over two axes)
-    (dict(act=F.relu), "aten.relu"),
+    (dict(act=F.softplus), "aten.softplus"),
 ])
 def test_unsupported_idiom_is_one_line_with_the_source_line(kwargs, needle):
     with pytest.raises(FrontendError) as e:
@@ -541,11 +541,11 @@ def test_unsupported_idiom_is_one_line_with_the_source_line(kwargs, needle):
 
 def test_unsupported_idiom_exit_2_from_the_cli(tmp_path, capsys):
     from kogc.cli import main
-    f = tmp_path / "relu.py"
+    f = tmp_path / "softplus.py"
     f.write_text(f"import sys; sys.path.insert(0, {os.path.dirname(__file__)!r})\n"
                  "import torch.nn.functional as F\nfrom test_ordinary import OneLayer\n"
                  "def kogc_model(preset=None, checkpoint=None, device='cpu', dtype=None, seed=0):\n"
-                 "    return OneLayer(act=F.relu)\n")
+                 "    return OneLayer(act=F.softplus)\n")
     code = main(["compile", str(f), "--config", "x", "--target", "h200", "--emit", "ir"])
     err = capsys.readouterr().err
-    assert code == 2 and "aten.relu" in err and len(err.strip().splitlines()) == 1
+    assert code == 2 and "aten.softplus" in err and len(err.strip().splitlines()) == 1

@@ -3,8 +3,8 @@
 A plain Llama-shaped step with the model's sizes (one lane: a Laneformer's lanes change how its sums are
 made, not the bytes): fused QKV and gate/up matrices, F.rms_norm, SDPA over a KV cache trimmed to the
 positions in use (a sliding window's layer over its window), the LM head and its maximum; random fp16 weights (it times the shape, not a model).
-The model's forms where they change the work: F.layer_norm (GPT-NeoX, Phi, StableLM, Starcoder2), a plain MLP
-act(W1 h) then W2, attention and MLP in parallel from one residual.
+The model's forms where they change the work: F.layer_norm (GPT-NeoX, Phi, StableLM, Starcoder2, GPT-2, OPT), a
+plain MLP act(W1 h) then W2, attention and MLP in parallel from one residual, a learned position embedding.
 `kogc bench` replays it in ONE CUDA graph, alone and after torch.compile; `kogc bench --gpus G` runs it
 Megatron-style on G ranks (heads, KV heads and MLP split, the LM head by vocabulary, an all-reduce after
 the attention output and after the MLP: kogc.bench.tp)."""
@@ -30,11 +30,12 @@ class Shapes:
     vocab: int
     qkv_bias: bool = False   # Q, K and V with a bias (Qwen2)
     qk_norm: bool = False    # q and k normed per head before RoPE (Qwen3)
-    act: str = "silu"        # the gated MLP's activation: silu, gelu or gelu_tanh (Gemma)
+    act: str = "silu"        # the MLP's activation: silu, gelu, gelu_tanh (Gemma) or relu (OPT)
     windows: tuple = ()      # per layer, a sliding window's positions (0: all); () for none
     layer_norm: bool = False  # F.layer_norm (weight and bias) instead of F.rms_norm
     gated: bool = True       # act(gate) * up; False: a plain MLP, act(W1 h)
     parallel: bool = False   # x + attention(norm(x)) + MLP(norm(x)) (GPT-NeoX, Phi)
+    pos_embed: bool = False  # a learned position embedding added to the token's (GPT-2, OPT)
 
 
 def shapes_of(schedule) -> Shapes:
@@ -64,7 +65,8 @@ def shapes_of(schedule) -> Shapes:
                   act=mlp[0][1].removesuffix("_mul").removesuffix("_store"),
                   windows=tuple(op.p.get("window", 0) for op in att) if any(op.p.get("window") for op in att) else (),
                   layer_norm=any(op.p["prologue"] == LAYERNORM for op in mvs), gated=not plain,
-                  parallel=bool(first_mlp) and first_mlp[0].p.get("x") in normed)
+                  parallel=bool(first_mlp) and first_mlp[0].p.get("x") in normed,
+                  pos_embed=any(op.p.get("pos_table") for op in emb))
 
 
 def shapes_of_config(cfg) -> Shapes:
@@ -94,6 +96,7 @@ def step_fn(s: Shapes, context: int, device: str, seed: int = 0, world: int = 1,
     w13 = [mk((2 if s.gated else 1) * f_, D) for _ in range(NL)]
     w2 = [mk(D, f_) for _ in range(NL)]
     emb, head = mk(V, D), mk(V // world, D)
+    pemb = mk(ctx, D) if s.pos_embed else None
     kc = torch.zeros(NL, kv_, ctx, hd, device=device, dtype=dtype)
     vc = torch.zeros_like(kc)
     rows = {w: attended_rows(context, w, ctx, device, dtype) for w in set(s.windows or [0])}
@@ -104,7 +107,7 @@ def step_fn(s: Shapes, context: int, device: str, seed: int = 0, world: int = 1,
     tok = torch.zeros(1, dtype=torch.long, device=device)
     pos = torch.tensor([context], device=device)
     reduce = all_reduce or (lambda t, op="sum": None)
-    act = {"silu": F.silu, "gelu": F.gelu, "gelu_tanh": lambda t: F.gelu(t, approximate="tanh")}[s.act]
+    act = {"silu": F.silu, "gelu": F.gelu, "gelu_tanh": lambda t: F.gelu(t, approximate="tanh"), "relu": F.relu}[s.act]
 
     def norm(x):
         return F.layer_norm(x, (D,), ones, zeros) if s.layer_norm else F.rms_norm(x, (D,), ones)
@@ -116,7 +119,7 @@ def step_fn(s: Shapes, context: int, device: str, seed: int = 0, world: int = 1,
         return (act(g) * u) @ w2[i].t()
 
     def step():
-        x = emb[tok]
+        x = emb[tok] + pemb[pos] if s.pos_embed else emb[tok]
         for i in range(NL):
             h = norm(x)
             q, k, v = F.linear(h, wqkv[i], bqkv[i]).split([h_ * hd, kv_ * hd, kv_ * hd], -1)

@@ -33,7 +33,7 @@ from .aten_values import (CASTS, DTYPE_NAMES, IGNORED, MATMUL, REORDER, SAME, Ca
                           SoftCap, Split, Tok, Vec, aten, flat_args, keeps_order, meta, op_name, short, squeezed)
 from .builder import IRBuilder
 from .probe import PosGraph
-from .trace import user_frame
+from .trace import FrontendError, user_frame
 
 
 def rejoins_its_source(n: fx.Node) -> bool:
@@ -79,6 +79,7 @@ class AtenLowering(IRBuilder, RopeLowering, AttentionLowering):
                                                 # rotated dims (0: all)
         self.aliases: dict[str, list[fx.Node]] = {}     # IR value -> the fx nodes that are views of it
         self.max_pos = 0
+        self.position_rows = None       # a learned position embedding's (table, positions it holds)
 
     # ------------------------------------------------------------------ building
     def leaf(self, c: Const, lanes: int, view: tuple = ()) -> str:
@@ -145,6 +146,10 @@ class AtenLowering(IRBuilder, RopeLowering, AttentionLowering):
                 self.output(n)
             else:
                 self.fail(f"unsupported graph node {n.op}")
+        if self.position_rows and self.position_rows[1] < self.max_pos:
+            name, rows = self.position_rows
+            raise FrontendError(f"the position embedding {name} holds {rows} positions and the KV cache "
+                                f"{self.max_pos}: pass a max_len (--max-len) of at most {rows}")
         return Graph(self.nodes, {"num_lanes": 1, "model": self.name}), self.max_pos
 
     def user_input(self, n: fx.Node, index: int):
@@ -201,7 +206,7 @@ class AtenLowering(IRBuilder, RopeLowering, AttentionLowering):
             r = self.norm(n)
             if r is not None:
                 return r
-        if any(isinstance(k, Region) for k in kinds) and t is not aten.linear.default:
+        if any(isinstance(k, Region) for k in kinds) and t not in (aten.linear.default, aten.addmm.default):
             return self.region(n)       # (a linear layer reads a region as the activation it computes)
         return self.activation(n)
 
@@ -258,7 +263,7 @@ class AtenLowering(IRBuilder, RopeLowering, AttentionLowering):
                     start, end = start or 0, min(end if end is not None else size, size)
                     return Vec(self.matvec_rows(self.vec(n.args[0]), start * inner, end * inner))
             return self.region(n)
-        if t in (aten.linear.default, aten.mm.default, aten.matmul.default):
+        if t in (aten.linear.default, aten.mm.default, aten.matmul.default, aten.addmm.default):
             return self.linear(n)
         if t in (aten.split_with_sizes.default, aten.split.Tensor, aten.chunk.default):
             return self.split(n)
@@ -268,6 +273,8 @@ class AtenLowering(IRBuilder, RopeLowering, AttentionLowering):
             return self.add(n)
         if t is aten.silu.default:
             return Vec(self.emit(Op.SILU, [self.vec(n.args[0])], hint="silu"))
+        if t is aten.relu.default:
+            return Vec(self.emit(Op.RELU, [self.vec(n.args[0])], hint="relu"))
         if t is aten.gelu.default:
             approx = n.kwargs.get("approximate", n.args[1] if len(n.args) > 1 else "none")
             op = Op.GELU_TANH if approx == "tanh" else Op.GELU
@@ -294,8 +301,13 @@ class AtenLowering(IRBuilder, RopeLowering, AttentionLowering):
         self.fail(f"unsupported op {op_name(n)}")
 
     def linear(self, n: fx.Node):
-        x, w = n.args[0], n.args[1]
-        bias = n.args[2] if len(n.args) > 2 else n.kwargs.get("bias")
+        if n.target is aten.addmm.default:      # bias + x @ W, W [in, out] (GPT-2's Conv1D)
+            if n.kwargs.get("beta", 1) != 1 or n.kwargs.get("alpha", 1) != 1:
+                self.fail(f"{op_name(n)} with beta or alpha other than 1 is not supported")
+            bias, x, w = n.args[:3]
+        else:
+            x, w = n.args[0], n.args[1]
+            bias = n.args[2] if len(n.args) > 2 else n.kwargs.get("bias")
         bc = None if bias is None else self.env.get(bias)
         if bias is not None and not isinstance(bc, Const):
             self.fail(f"{op_name(n)}: a bias that is not a parameter is not supported")
@@ -463,10 +475,38 @@ class AtenLowering(IRBuilder, RopeLowering, AttentionLowering):
         alpha = n.kwargs.get("alpha", 1)
         if alpha != 1 or not all(isinstance(x, fx.Node) for x in (a, b)):
             self.fail(f"{op_name(n)} with a constant is not supported on an activation")
+        if n.target is aten.add.Tensor and any(isinstance(self.env.get(x), PosFn) for x in (a, b)):
+            return self.position_embedding(n, *((a, b) if isinstance(self.env.get(b), PosFn) else (b, a)))
         if any(isinstance(self.env.get(x), (PosFn, Const)) for x in (a, b)):
             self.fail(f"{op_name(n)} of an activation and a constant tensor (a bias) is not supported")
         op = Op.ADD if n.target is aten.add.Tensor else Op.SUB
         return Vec(self.emit(op, [self.vec(a), self.vec(b)]))
+
+    def position_embedding(self, n: fx.Node, x: fx.Node, pe: fx.Node):
+        """The token's embedding plus a learned position embedding (GPT-2's, OPT's): row pos + c of a table,
+        c a constant offset (OPT's 2). One EMBED of the table's rows from c on, indexed by the position."""
+        tok = self.by_name(self.vec(x))
+        if not (tok.op is Op.BROADCAST_LANES and self.by_name(tok.inputs[0]).op is Op.EMBED):
+            self.fail(f"{op_name(n)} of an activation and a function of the position is supported only as a "
+                      f"position embedding added to the token's")
+        look = pe
+        while look.target in SAME or look.target in CASTS:
+            look = look.args[0]
+        table = self.env.get(look.args[0]) if look.target is aten.embedding.default else None
+        if not (isinstance(table, Const) and table.name is not None and table.tensor.dim() == 2):
+            self.fail(f"{op_name(n)}: a function of the position added to the token's embedding must be a row of "
+                      f"a position embedding table (nn.Embedding indexed by the position)")
+        rows, width = table.tensor.shape
+        at = lambda p: int(self.posgraph.value(look.args[1], p).reshape(-1)[0])      # noqa: E731
+        c = at(0)
+        if c < 0 or any(at(p) != p + c for p in (1, 2, 3, 17, 100) if p + c < rows) or \
+                width != self.types[tok.name].shape[0]:
+            self.fail(f"{op_name(n)}: the position embedding {table.name} is not read at row pos + a constant, or "
+                      f"its rows are not the embedding's width")
+        self.position_rows = (table.name, rows - c)
+        e = self.emit(Op.EMBED, [self.leaf(table, 0, (("rows", c, rows),) if c else ()), self.pos_ir], hint="pos_embed")
+        s = self.emit(Op.ADD, [tok.inputs[0], e], hint="embeds")
+        return Vec(self.emit(Op.BROADCAST_LANES, [s], {"lanes": 1}, hint="lanes"))
 
     def argmax(self, n: fx.Node):
         dim = n.args[1] if len(n.args) > 1 else n.kwargs.get("dim")

@@ -153,8 +153,10 @@ def allocate(schedule: Schedule, weights: dict[str, torch.Tensor], device, profi
             emb = weights[graph.by_name()[op.p["table"]].attrs["name"]]
             # a tied embedding given in FP8 (its head streams the FP8 bytes): read in the model's dtype
             emb = emb.read_as(dtype) if isinstance(emb, Fp8Weight) else emb.detach()
+            if op.p["pos_table"]:       # a learned position embedding's rows after the token table's
+                emb = torch.cat((emb.to(dtype), weights[graph.by_name()[op.p["pos_table"]].attrs["name"]].detach().to(dtype)))
     max_pos = schedule.max_pos or 1
-    if schedule.max_pos:
+    if schedule.max_pos and rope_tables(graph):       # (none: a model without RoPE, GPT-2's)
         # every table [max_pos, head_dim / 2], one after another (kogc.ir.executor.rope_table_offsets)
         cos, sin = zip(*(rope_angles(p, rope) for rope in rope_tables(graph) for p in range(max_pos)))
         cos, sin = torch.cat(cos), torch.cat(sin)

@@ -18,11 +18,11 @@ from .errors import SchedulerError
 PLAIN, RMSNORM, LAYERNORM, ATTN_COMBINE = "plain", "rmsnorm", "layernorm", "attn_combine"
 # the gated MLP's activation act(gate) * up, one kind per act: a prologue, or an epilogue whose rows come in
 # (gate, up) pairs of two weights on the same input and which stores the product
-SILU_MUL, GELU_MUL, GELU_TANH_MUL = "silu_mul", "gelu_mul", "gelu_tanh_mul"
-GATED = {Op.SILU: SILU_MUL, Op.GELU: GELU_MUL, Op.GELU_TANH: GELU_TANH_MUL}
+SILU_MUL, GELU_MUL, GELU_TANH_MUL, RELU_MUL = "silu_mul", "gelu_mul", "gelu_tanh_mul", "relu_mul"
+GATED = {Op.SILU: SILU_MUL, Op.GELU: GELU_MUL, Op.GELU_TANH: GELU_TANH_MUL, Op.RELU: RELU_MUL}
 GATED_KINDS = frozenset(GATED.values())
-# an epilogue storing act(its rows) (a plain MLP's first matvec: GPT-NeoX's, Starcoder2's), one kind per act
-ACT_STORE = {Op.SILU: "silu_store", Op.GELU: "gelu_store", Op.GELU_TANH: "gelu_tanh_store"}
+# an epilogue storing act(its rows) (a plain MLP's first matvec: GPT-NeoX's, Starcoder2's, OPT's), one kind per act
+ACT_STORE = {Op.SILU: "silu_store", Op.GELU: "gelu_store", Op.GELU_TANH: "gelu_tanh_store", Op.RELU: "relu_store"}
 # epilogues: what it does with its result rows (or a gated kind)
 STORE, ROPE_STORE, ROPE_CACHE, CACHE, RESIDUAL, STORE_ARGMAX = (
     "store", "rope_store", "rope_cache", "cache", "residual", "store_argmax")
@@ -117,10 +117,10 @@ def fuse(graph: Graph, cfg=None) -> list[FusedOp]:
     for n in graph.nodes:
         if n.op in (Op.INPUT, Op.PARAM, Op.STATE, Op.OUTPUT):
             take(n.name)
-        elif n.op is Op.BROADCAST_LANES and by[n.inputs[0]].op is Op.EMBED:
-            emb = by[n.inputs[0]]
-            take(n.name, emb.name)
-            add("embed", n, n.type.lanes, table=emb.inputs[0], out=n.name)
+        elif n.op is Op.BROADCAST_LANES and (emb := _embedding(by[n.inputs[0]], by)) is not None:
+            table, pos_table, nodes = emb
+            take(n.name, *nodes)
+            add("embed", n, n.type.lanes, table=table, pos_table=pos_table, out=n.name)
         elif n.op is Op.MATVEC and n.name not in covered:      # (covered: the up half of a gated pair)
             ops.append(_matvec(n, by, users, order, take, residual_done, paired))
         elif n.op is Op.ROPE and n.name not in covered and (head_norm := _head_norm_input(n, by)) is not None:
@@ -174,6 +174,20 @@ def fuse(graph: Graph, cfg=None) -> list[FusedOp]:
         n = missing[0]
         raise SchedulerError(f"no fused task covers IR node {n.name} ({n.op.value}) from {n.source or '?'}")
     return ops
+
+
+def _embedding(n: Node, by: dict[str, Node]) -> tuple[str, str | None, list[str]] | None:
+    """n = the token's row of a table, or that plus the position's row of another (a learned position
+    embedding): (the token's table, the position's table or None, the nodes), or None."""
+    at_pos = lambda e: by[e.inputs[1]].op is Op.INPUT and by[e.inputs[1]].attrs.get("index") == 1    # noqa: E731
+    if n.op is Op.EMBED and not at_pos(n):
+        return n.inputs[0], None, [n.name]
+    if n.op is not Op.ADD or not all(by[i].op is Op.EMBED for i in n.inputs):
+        return None
+    tok, pos = sorted((by[i] for i in n.inputs), key=at_pos)
+    if at_pos(tok) or not at_pos(pos):
+        return None
+    return tok.inputs[0], pos.inputs[0], [n.name, tok.name, pos.name]
 
 
 def _head_norm_input(rope: Node, by: dict[str, Node]):

@@ -111,9 +111,12 @@ def tile_rank(graph: Graph, ops: list[FusedOp], cfg: TileConfig) -> tuple[list[T
         if op.kind == "embed":
             d = by[p["out"]].type.shape[0]
             val(p["out"])
+            # a learned position embedding: its table's rows follow the token table's in EMB, from row A_X on
+            pos_rows = by[p["table"]].type.shape[0] if p["pos_table"] else 0
             for l in lanes_of(op):
-                args = _args({A_OUT: lay.at(p["out"], l)})
-                new(("embed", d), op, l, args, [], [lay.region(p["out"], l, 0, d)], cost=d * es)
+                args = _args({A_OUT: lay.at(p["out"], l), A_X: pos_rows})
+                new(("embed", d) + (("pos",) if pos_rows else ()), op, l, args, [], [lay.region(p["out"], l, 0, d)],
+                    cost=d * es * (2 if pos_rows else 1))
         elif op.kind == "matvec":
             _tile_matvec(op, by, lay, val, new, cfg, es, lanes_of, sent, recv_slot, rope_at)
             if p["out"] in sent:
