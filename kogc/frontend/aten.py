@@ -198,7 +198,7 @@ class AtenLowering(IRBuilder, RopeLowering, AttentionLowering):
             return self.sdpa(n)
         if any(isinstance(k, Cache) for k in kinds) and t not in MATMUL:
             return self.cache_view(n)
-        if any(isinstance(k, (Scores,)) for k in kinds) or t in MATMUL:
+        if any(isinstance(k, Scores) for k in kinds) or (t in MATMUL and not any(isinstance(k, Const) for k in kinds)):
             return self.written_attention(n)
         if any(isinstance(k, SoftCap) for k in kinds):
             return self.soft_capped(n)
@@ -224,7 +224,7 @@ class AtenLowering(IRBuilder, RopeLowering, AttentionLowering):
                 # a weight keeps its dtype through a cast (Gemma's `weight.float()`): the IR computes in the
                 # model's dtype, and the kernel holds the weight as stored
                 return Const(value.to(src.tensor.dtype) if value.is_floating_point() else value, src.name, src.view)
-            if n.target is aten.t.default or (n.target is aten.transpose.int and value.dim() == 2) or \
+            if n.target in (aten.t.default, aten.numpy_T.default) or (n.target is aten.transpose.int and value.dim() == 2) or \
                     (n.target is aten.permute.default and list(n.args[1]) == [1, 0]):
                 return Const(value, src.name, src.view + (("t",),))
             if n.target in (aten.add.Tensor, aten.add.Scalar) and isinstance(n.args[1], (int, float)) and \
@@ -252,16 +252,23 @@ class AtenLowering(IRBuilder, RopeLowering, AttentionLowering):
                 return self.fail(f"{op_name(n)} of a split output")
             if keeps_order(n):
                 return Vec(self.vec(n.args[0]))
-            if t is aten.slice.Tensor:
-                inner, period = self.row_block(n.args[0], n.args[1] if len(n.args) > 1 else 0)
-                step = n.args[4] if len(n.args) > 4 else 1
-                # (a slice of an inner axis stays a region: partial RoPE's q[..., :rot], rejoined by a cat
-                # that rejoins_its_source does not see)
-                if inner and not period and step == 1 and not rejoins_its_source(n):
-                    size = meta(n.args[0]).shape[n.args[1]]
-                    start, end = (list(n.args[2:4]) + [None, None])[:2]
-                    start, end = start or 0, min(end if end is not None else size, size)
-                    return Vec(self.matvec_rows(self.vec(n.args[0]), start * inner, end * inner))
+            if t in (aten.slice.Tensor, aten.select.int):
+                dim = n.args[1] if len(n.args) > 1 else 0
+                inner, period = self.row_block(n.args[0], dim)
+                step = n.args[4] if t is aten.slice.Tensor and len(n.args) > 4 else 1
+                # (a slice within a head stays a region: partial RoPE's q[..., :rot], rejoined by a cat that
+                # rejoins_its_source does not see; whole rows of every block are taken: Falcon's q, k and v of
+                # each KV head's group, qkv[:, :, :, :-2] and qkv[:, :, :, -2])
+                if inner and (not period or inner > 1) and step == 1 and not rejoins_its_source(n):
+                    size = meta(n.args[0]).shape[dim]
+                    if t is aten.select.int:
+                        start = n.args[2] % size
+                        end = start + 1
+                    else:
+                        start, end = (list(n.args[2:4]) + [None, None])[:2]
+                        start = 0 if start is None else start + size if start < 0 else start
+                        end = size if end is None else end + size if end < 0 else min(end, size)
+                    return Vec(self.matvec_rows(self.vec(n.args[0]), start * inner, end * inner, period))
             return self.region(n)
         if t in (aten.linear.default, aten.mm.default, aten.matmul.default, aten.addmm.default):
             return self.linear(n)
@@ -269,8 +276,8 @@ class AtenLowering(IRBuilder, RopeLowering, AttentionLowering):
             return self.split(n)
         if t in (aten.mul.Tensor, aten.mul.Scalar, aten.div.Tensor, aten.div.Scalar):
             return self.mul(n)
-        if t in (aten.add.Tensor, aten.sub.Tensor):
-            return self.add(n)
+        if t in (aten.add.Tensor, aten.sub.Tensor) or (t is aten.add_.Tensor and len(n.args[0].users) == 1):
+            return self.add(n)          # (in place on a value nothing else reads: Falcon's mlp_output += attention)
         if t is aten.silu.default:
             return Vec(self.emit(Op.SILU, [self.vec(n.args[0])], hint="silu"))
         if t is aten.relu.default:
@@ -316,7 +323,8 @@ class AtenLowering(IRBuilder, RopeLowering, AttentionLowering):
             self.fail(f"{op_name(n)} of two activations is only supported inside attention")
         view = () if n.target is aten.linear.default else (("t",),)
         if n.target is not aten.linear.default and wc.view[-1:] == (("t",),):
-            wc, view = Const(wc.tensor, wc.name, wc.view[:-1]), ()
+            # x @ W.t(): W as stored (Falcon's `input @ self.weight.T`); the tensor in the weight's own orientation
+            wc, view = Const(wc.tensor.t(), wc.name, wc.view[:-1]), ()
         xv = self.vec(x)
         ins = [self.leaf(wc, 1, view), xv] + ([self.leaf(bc, 1)] if bc is not None else [])
         out = self.emit(Op.MATVEC, ins, hint=short(wc.name))
@@ -479,7 +487,7 @@ class AtenLowering(IRBuilder, RopeLowering, AttentionLowering):
             return self.position_embedding(n, *((a, b) if isinstance(self.env.get(b), PosFn) else (b, a)))
         if any(isinstance(self.env.get(x), (PosFn, Const)) for x in (a, b)):
             self.fail(f"{op_name(n)} of an activation and a constant tensor (a bias) is not supported")
-        op = Op.ADD if n.target is aten.add.Tensor else Op.SUB
+        op = Op.SUB if n.target is aten.sub.Tensor else Op.ADD
         return Vec(self.emit(op, [self.vec(a), self.vec(b)]))
 
     def position_embedding(self, n: fx.Node, x: fx.Node, pe: fx.Node):
