@@ -136,3 +136,28 @@ def test_phi_on_the_gpu(tmp_path):
     check_random_transformers_model(tmp_path, "PhiForCausalLM", "PhiConfig", 1.0, vocab_size=32000,
                                     hidden_size=1024, intermediate_size=4096, num_hidden_layers=4, num_attention_heads=16,
                                     partial_rotary_factor=0.5, max_position_embeddings=4096)
+
+
+@pytest.mark.gpu
+def test_gpt2_on_the_gpu(tmp_path):
+    # GPT-2 (4 layers, a width of 1024, 16 heads of 64): a learned position embedding added in the embedding task,
+    # Conv1D layers (weights stored [in, out]), gelu_new written out, no RoPE
+    check_random_transformers_model(tmp_path, "GPT2LMHeadModel", "GPT2Config", 1.0, vocab_size=32000, n_embd=1024,
+                                    n_layer=4, n_head=16, n_positions=1024, bos_token_id=0, eos_token_id=0)
+
+
+@pytest.mark.gpu
+def test_opt_on_the_gpu(tmp_path):
+    # OPT (4 layers, a width of 1024, 16 heads of 64): position p at row p + 2 of its table, a ReLU MLP
+    check_random_transformers_model(tmp_path, "OPTForCausalLM", "OPTConfig", 1.0, vocab_size=32000, hidden_size=1024,
+                                    ffn_dim=4096, num_hidden_layers=4, num_attention_heads=16, word_embed_proj_dim=1024,
+                                    max_position_embeddings=2048, pad_token_id=1)
+
+
+@pytest.mark.gpu
+def test_falcon_on_the_gpu(tmp_path):
+    # Falcon's new architecture (4 layers, a width of 1024, 8 heads of 128 over 2 KV heads): the fused QKV grouped
+    # per KV head, taken apart by slice and select; two norms for the parallel sublayers
+    check_random_transformers_model(tmp_path, "FalconForCausalLM", "FalconConfig", 1.0, vocab_size=32000,
+                                    hidden_size=1024, num_hidden_layers=4, num_attention_heads=8, num_kv_heads=2,
+                                    new_decoder_architecture=True, max_position_embeddings=2048)

@@ -58,6 +58,34 @@ def test_layer_norm_families_equal_eager(name):
         assert any(v[0] == "matvec" and v[4].endswith("_store") for v in variants)
 
 
+MORE = {
+    # one norm for parallel sublayers, interleaved RoPE on 8 of each head's 16 dims, a biased LM head
+    "gptj": lambda T: T.GPTJForCausalLM(T.GPTJConfig(vocab_size=300, n_embd=96, n_layer=2, n_head=6, n_positions=64,
+                                                     rotary_dim=8)),
+    # GPT-J's layer with a fused QKV in 4 blocks (its mp_num) of q, v and k rows
+    "codegen": lambda T: T.CodeGenForCausalLM(T.CodeGenConfig(vocab_size=300, n_embd=96, n_layer=2, n_head=6,
+                                                              n_positions=64, rotary_dim=8)),
+    # one KV head, parallel sublayers from one norm, unbiased layers, `input @ self.weight.T`, an in-place residual add
+    "falcon": lambda T: T.FalconForCausalLM(T.FalconConfig(vocab_size=300, hidden_size=96, num_hidden_layers=2,
+                                                           num_attention_heads=6, new_decoder_architecture=False,
+                                                           multi_query=True, parallel_attn=True, bias=False,
+                                                           max_position_embeddings=64)),
+    # two norms, Q/K/V of each KV head's group of 3 query heads by slice and select: qkv[:, :, :, :-2], [..., -2]
+    "falcon_new": lambda T: T.FalconForCausalLM(T.FalconConfig(vocab_size=300, hidden_size=96, num_hidden_layers=2,
+                                                               num_attention_heads=6, num_kv_heads=2,
+                                                               new_decoder_architecture=True,
+                                                               max_position_embeddings=64)),
+}
+
+
+@pytest.mark.parametrize("name", list(MORE))
+def test_more_layer_norm_families_equal_eager(name):
+    torch.manual_seed(0)
+    ck = assert_equals_eager(with_random_affine(MORE[name](transformers).eval().requires_grad_(False)),
+                             kernel_at=(3,), steps=4)
+    assert [v[4] for v in ck.schedule.variants if v[0] == "final_norm"] == ["layernorm"]
+
+
 def test_layer_norm_over_column_parts():
     # a width of 72 = 64 + 8: the norm's mean and variance over both column parts (9 heads of 8)
     model = family("gpt_neox", hidden_size=72, num_attention_heads=9, num_key_value_heads=9, intermediate_size=96)

@@ -1,4 +1,4 @@
-"""Decoders with a learned position embedding instead of RoPE (GPT-2, OPT): the position's row of a table added
+"""Decoders with a learned position embedding instead of RoPE (GPT-2, OPT, GPT-BigCode): the position's row of a table added
 to the token's in the embedding task, GPT-2's Conv1D layers (addmm of a weight stored [in, out]), OPT's ReLU MLP.
 Eager, the IR and the kernel under Triton's interpreter agree in fp32 within 1e-5."""
 import pytest
@@ -31,12 +31,20 @@ def opt(**cfg):
     return with_random_affine(transformers.OPTForCausalLM(config).eval().requires_grad_(False))
 
 
-@pytest.mark.parametrize("make", [gpt2, opt], ids=["gpt2", "opt"])
+def gpt_bigcode(**cfg):
+    # StarCoder's, SantaCoder's: GPT-2's layer with one KV head (its fused c_attn: q, then one k and one v)
+    torch.manual_seed(0)
+    config = transformers.GPTBigCodeConfig(**{**dict(vocab_size=300, n_embd=96, n_layer=2, n_head=6, n_positions=64,
+                                                     multi_query=True), **cfg})
+    return with_random_affine(transformers.GPTBigCodeForCausalLM(config).eval().requires_grad_(False))
+
+
+@pytest.mark.parametrize("make", [gpt2, opt, gpt_bigcode], ids=["gpt2", "opt", "gpt_bigcode"])
 def test_learned_positions_equal_eager(make):
     ck = assert_equals_eager(make(), kernel_at=(0, 5), steps=6)
     variants = ck.schedule.variants
     assert [v for v in variants if v[0] == "embed"] == [("embed", 96, "pos")]
-    act = "relu_store" if make is opt else "gelu_tanh_store"     # (GPT-2's gelu_new is written out)
+    act = "relu_store" if make is opt else "gelu_tanh_store"     # (gelu_new and gelu_pytorch_tanh)
     assert any(v[0] == "matvec" and v[4] == act for v in variants)
     assert not any(n.op is Op.ROPE for n in ck.ir.nodes)
 
