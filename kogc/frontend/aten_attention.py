@@ -104,6 +104,9 @@ class AttentionLowering:
             window = window_of(allowed_at, self.max_pos)
         except ValueError as e:
             self.fail(str(e))
+        except RuntimeError as e:       # (the mask's ops hold this step's sizes: Falcon-RW's ALiBi bias)
+            self.fail(f"the attention mask cannot be evaluated at other positions than the captured one "
+                      f"({str(e).splitlines()[0]})")
         if window is None:
             self.fail(f"the attention mask is neither causal nor a sliding window (each position p attending "
                       f"0..p, or the last W positions up to p) over the cache's {self.max_pos} positions")
