@@ -15,7 +15,8 @@ GPT-2 XL: 48 layers of 1600 (in 2048 lanes), 25 heads of 64, learned positions, 
 layers of 2048, 32 heads of 64, learned positions, ReLU MLP of 8192, 50,272 tokens. SantaCoder (GPT-BigCode):
 24 layers of 2048, 16 heads of 128 over one KV head, learned positions, 49,280 tokens. GPT-J-6B: 28 layers of
 4096, 16 heads of 256, interleaved RoPE on 64 dims, parallel sublayers, a biased LM head of 50,400 tokens.
-(Phi-2's heads of 80 are not a power of two: its kernel is refused.)
+Phi-2: 32 layers of 2560, 32 heads of 80 (in 128 lanes), RoPE on 32 dims of each, a gelu_new MLP of 10240, a
+biased LM head of 51,200 tokens.
 """
 import sys
 import time
@@ -36,6 +37,9 @@ CONFIGS = {
     "starcoder2-3b": ("Starcoder2ForCausalLM", lambda: transformers.Starcoder2Config(
         vocab_size=49152, hidden_size=3072, intermediate_size=12288, num_hidden_layers=30, num_attention_heads=24,
         num_key_value_heads=2, sliding_window=4096, max_position_embeddings=16384)),
+    "phi-2": ("PhiForCausalLM", lambda: transformers.PhiConfig(
+        vocab_size=51200, hidden_size=2560, intermediate_size=10240, num_hidden_layers=32, num_attention_heads=32,
+        partial_rotary_factor=0.4, max_position_embeddings=2048)),
     "gpt2-xl": ("GPT2LMHeadModel", lambda: transformers.GPT2Config(
         vocab_size=50257, n_embd=1600, n_layer=48, n_head=25, n_positions=1024)),
     "opt-1.3b": ("OPTForCausalLM", lambda: transformers.OPTConfig(

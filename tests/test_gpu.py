@@ -161,3 +161,11 @@ def test_falcon_on_the_gpu(tmp_path):
     check_random_transformers_model(tmp_path, "FalconForCausalLM", "FalconConfig", 1.0, vocab_size=32000,
                                     hidden_size=1024, num_hidden_layers=4, num_attention_heads=8, num_kv_heads=2,
                                     new_decoder_architecture=True, max_position_embeddings=2048)
+
+
+@pytest.mark.gpu
+def test_phi2_heads_of_80_on_the_gpu(tmp_path):
+    # Phi-2's heads of 80 (4 layers, a width of 1280, 16 heads): attention over 80 dims in 128 lanes, RoPE on 32
+    check_random_transformers_model(tmp_path, "PhiForCausalLM", "PhiConfig", 1.0, vocab_size=32000,
+                                    hidden_size=1280, intermediate_size=5120, num_hidden_layers=4, num_attention_heads=16,
+                                    partial_rotary_factor=0.4, max_position_embeddings=2048)

@@ -6,6 +6,7 @@ partial rotary embeddings, GPT-NeoX's fused QKV interleaved per head, parallel a
 agree in fp32 within 1e-5."""
 import pytest
 import torch
+from conftest import rel_err
 from test_ordinary import assert_equals_eager, assert_fp8_kernel_equals_its_weights, hf_model
 
 import kogc
@@ -70,6 +71,10 @@ MORE = {
                                                            num_attention_heads=6, new_decoder_architecture=False,
                                                            multi_query=True, parallel_attn=True, bias=False,
                                                            max_position_embeddings=64)),
+    # Phi-2's heads of 80 (held in 128 lanes), RoPE on 32 dims of each
+    "phi_heads_of_80": lambda T: T.PhiForCausalLM(T.PhiConfig(vocab_size=300, hidden_size=160, intermediate_size=256,
+                                                             num_hidden_layers=2, num_attention_heads=2,
+                                                             partial_rotary_factor=0.4, max_position_embeddings=64)),
     # two norms, Q/K/V of each KV head's group of 3 query heads by slice and select: qkv[:, :, :, :-2], [..., -2]
     "falcon_new": lambda T: T.FalconForCausalLM(T.FalconConfig(vocab_size=300, hidden_size=96, num_hidden_layers=2,
                                                                num_attention_heads=6, num_kv_heads=2,
@@ -200,3 +205,26 @@ def test_layer_norm_read_by_a_residual_add_is_one_line():
         kogc.compile(PostNorm())
     msg = str(e.value)
     assert "a LayerNorm's output" in msg and "read by add" in msg and "test_layer_norm_families.py" in msg, msg
+
+
+def test_heads_of_80_on_tensor_cores_in_fp16():
+    # fp16 takes attention's tl.dot form: q, keys and values of 80 dims in 128 lanes, the extra ones 0 (fp32
+    # takes the exact broadcast form, in test_more_layer_norm_families_equal_eager); the kernel against the IR
+    from kogc.ir import execute
+    from kogc.ir.executor import new_state
+    from kogc.runtime.kernel import fill_kv_from, weights_of
+    torch.manual_seed(0)
+    model = with_random_affine(MORE["phi_heads_of_80"](transformers).eval().requires_grad_(False)).half()
+    step = kogc.frontend.decode_step(model)
+    ck = kogc.compile(step)
+    assert [v[2] for v in ck.schedule.variants if v[0] == "attention" and v[6] == "dot"] == [80]
+    weights, state = weights_of(step, ck.ir), new_state(ck.ir)
+    for pos, tok in enumerate(torch.randint(0, 300, (18,), generator=torch.Generator().manual_seed(1)).tolist()):
+        (want, want_next), _ = execute(ck.ir, weights, state, [tok, pos])
+        with torch.no_grad():
+            step(torch.tensor(tok), torch.tensor(pos))
+        if pos in (0, 17):       # (17: two blocks of 16 positions in a split)
+            if pos:
+                fill_kv_from(ck, step)
+            logits, nxt = ck.step(tok, pos)
+            assert rel_err(logits.float(), want.float()) < 2e-3 and nxt == int(want_next)

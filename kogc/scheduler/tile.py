@@ -127,6 +127,7 @@ def tile_rank(graph: Graph, ops: list[FusedOp], cfg: TileConfig) -> tuple[list[T
             # every head of one lane's q or k: the norm per head (or over them all), its scale, RoPE; into the activations or,
             # at the position, the KV cache
             nh, hd = p["heads"], p["head_dim"]
+            _pow2(hd, "head_dim (with a norm per head)", op)
             if p["out"]:
                 val(p["out"])
             for l in lanes_of(op):
@@ -358,9 +359,9 @@ def _tile_attention(op, by, lay, val, new, cfg, es, lanes_of):
     kv, g, hd, S = p["kv_heads"], p["group"], p["head_dim"], p["max_pos"]
     nq = kv * g
     K = nq * hd
-    # (query heads per KV head and per lane need not be powers of two: they are masked rows)
-    for what, x in (("head_dim", hd), ("attention splits", cfg.attn_splits)):
-        _pow2(x, what, op)
+    # (query heads per KV head and per lane need not be powers of two: they are masked rows; nor the head size,
+    # held in the next power of two of lanes: Phi-2's 80 in 128)
+    _pow2(cfg.attn_splits, "attention splits", op)
     last = last_split_combines(cfg, K)
     impl, block = attention_impl(cfg, g, hd, es, last)
     ns = cfg.attn_splits
@@ -453,7 +454,8 @@ def _args(d: dict) -> list[int]:
 def _rows(N, K, es, tile_bytes, p) -> int:
     rows = tile_rows(N, K, es, tile_bytes)
     if p["epilogue"] in (ROPE_STORE, ROPE_CACHE, "cache"):
-        rows = max(2 if p["epilogue"] != "cache" else 1, min(rows, p["head_dim"]))
+        # (whole rows inside one head: a head of 80, Phi-2's, in tiles of 16 rows)
+        rows = max(2 if p["epilogue"] != "cache" else 1, _pow2_block(p["head_dim"], min(rows, p["head_dim"])))
         if N % rows or p["head_dim"] % rows:
             raise SchedulerError(f"cannot tile {N} rows with head_dim {p['head_dim']}: the kernel needs heads of a "
                                  f"power of two (a tile of whole rows inside one head)")
