@@ -84,6 +84,7 @@ def test_gated_pairs_equal_eager():
 @pytest.mark.parametrize("overrides,group,passes", [
     ({}, 3, 1),                                              # 3 heads of 16 in one masked pass of 64 lanes
     (dict(n_heads=6, n_kv_heads=1, head_dim=64), 6, 2),      # two passes of 3 heads (192 of 256 lanes)
+    (dict(n_heads=11, n_kv_heads=1, head_dim=32), 11, 11),   # head by head, in a loop (more than 8 passes)
 ])
 def test_last_split_combines_equal_eager(overrides, group, passes):
     # attention wider than attn_combine_width (forced here; by default wider than 512, e.g. Llama-3.2-1B's
@@ -102,6 +103,30 @@ def test_last_split_combines_equal_eager(overrides, group, passes):
 def test_one_kv_head():
     # multi-query attention: the cache's KV-head axis has size 1 and is not squeezed away
     assert_equals_eager(tiny_llama(seed=3, n_kv_heads=1), kernel_at=(1,), steps=3)
+
+
+def test_large_query_group_on_tensor_cores_in_fp16():
+    # 24 query heads on one KV head: tl.dot over 32 rows (the broadcast form spilled 21 KB for Falcon-7B's 71);
+    # the fp16 kernel against the IR at steps 0 and 19 (two blocks of 16 positions in a split)
+    from kogc.ir import execute
+    from kogc.ir.executor import new_state
+    from kogc.runtime.kernel import fill_kv_from, weights_of
+    model = hf_model("LlamaForCausalLM", hidden_size=384, num_attention_heads=24, num_key_value_heads=1,
+                     num_hidden_layers=1).half()
+    step = kogc.frontend.decode_step(model)
+    ck = kogc.compile(step)
+    assert [(v[1], v[6]) for v in ck.schedule.variants if v[0] == "attention"] == [(24, "dot")]
+    weights, state = weights_of(step, ck.ir), new_state(ck.ir)
+    for pos in range(20):
+        tok = pos * 37 % 300
+        (want, want_next), _ = execute(ck.ir, weights, state, [tok, pos])
+        with torch.no_grad():
+            step(torch.tensor(tok), torch.tensor(pos))
+        if pos in (0, 19):
+            if pos:
+                fill_kv_from(ck, step)
+            logits, nxt = ck.step(tok, pos)
+            assert rel_err(logits.float(), want.float()) < 2e-3 and nxt == int(want_next)
 
 
 def test_heads_per_combine():

@@ -414,20 +414,26 @@ def heads_per_combine(group: int, head_dim: int) -> int:
 DOT_BLOCK_ELEMS = 8192
 DOT_BLOCK_POSITIONS = 128
 DOT_BLOCK_LAST_COMBINES = 64
+# query heads per KV head that the tl.dot form takes (in 16 rows or the next power of two): the broadcast form's
+# [rows, positions, head_dim] products over a larger group spill (Falcon-7B's 71 heads: 21 KB on sm_90)
+DOT_GROUP = 128
 
 
 def attention_impl(cfg: TileConfig, group: int, head_dim: int, esize: int, last_combines: bool) -> tuple[str, int]:
     """(implementation, positions per block) for attention. "dot": tl.dot with the query group padded to
-    16 rows, QK^T with fp32 accumulation and P rounded to the cache's 16-bit dtype for P.V (as
-    FlashAttention does; measured -8% at context 1024, -17% at 4096 against fp32 P.V), wherever it
-    applies: a 16-bit cache, head_dim >= 16, <= 16 query heads per KV head, blocks of >= 16 positions.
+    16 rows (or the next power of two), QK^T with fp32 accumulation and P rounded to the cache's 16-bit dtype
+    for P.V (as FlashAttention does; measured -8% at context 1024, -17% at 4096 against fp32 P.V), wherever it
+    applies: a 16-bit cache, head_dim >= 16, <= DOT_GROUP query heads per KV head, blocks of >= 16 positions.
     "reduce" (broadcast products in fp32, exact) elsewhere. Block 0: for dot, 16 KB of keys (8,192 elements:
     64 positions of head_dim 128, 128 of head_dim 64; at most 128 positions), or 64 positions at most where
-    the last split combines (`last_combines`); for reduce 16."""
-    dot = esize == 2 and head_dim >= 16 and group <= 16 and (cfg.attn_block == 0 or cfg.attn_block >= 16)
+    the last split combines (`last_combines`), over a group of more than 16 rows as many fewer positions as
+    keep the scores' tile that size (at least 16: Falcon-7B's 71 query heads on one KV head, 128 rows, take 16);
+    for reduce 16."""
+    dot = esize == 2 and head_dim >= 16 and group <= DOT_GROUP and (cfg.attn_block == 0 or cfg.attn_block >= 16)
     impl = "dot" if dot else "reduce"
     most = DOT_BLOCK_LAST_COMBINES if last_combines else DOT_BLOCK_POSITIONS
-    return impl, cfg.attn_block or (min(most, DOT_BLOCK_ELEMS // head_dim) if dot else 16)
+    rows = max(16, next_pow2(group))
+    return impl, cfg.attn_block or (max(16, min(most, DOT_BLOCK_ELEMS // head_dim) * 16 // rows) if dot else 16)
 
 
 def _term_reads(term, l, L, lay, r0, rows):
