@@ -169,3 +169,13 @@ def test_phi2_heads_of_80_on_the_gpu(tmp_path):
     check_random_transformers_model(tmp_path, "PhiForCausalLM", "PhiConfig", 1.0, vocab_size=32000,
                                     hidden_size=1280, intermediate_size=5120, num_hidden_layers=4, num_attention_heads=16,
                                     partial_rotary_factor=0.4, max_position_embeddings=2048)
+
+
+@pytest.mark.gpu
+def test_cohere_on_the_gpu(tmp_path):
+    # Cohere (4 layers, a width of 1024, 8 heads of 128 over 2 KV heads): its LayerNorm written out, without a
+    # bias (zeros in the kernel), parallel sublayers, scaled logits
+    check_random_transformers_model(tmp_path, "CohereForCausalLM", "CohereConfig", 1.0, vocab_size=32000,
+                                    hidden_size=1024, intermediate_size=4096, num_hidden_layers=4, num_attention_heads=8,
+                                    num_key_value_heads=2, max_position_embeddings=2048, pad_token_id=0, bos_token_id=1,
+                                    eos_token_id=2)

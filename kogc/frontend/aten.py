@@ -118,7 +118,7 @@ class AtenLowering(IRBuilder, RopeLowering, AttentionLowering):
         v = self.env.get(arg) if isinstance(arg, fx.Node) else arg
         kind = type(v).__name__
         return {"Const": "a constant", "PosFn": "a function of the position", "Cache": "a KV cache",
-                "Norm": "part of an RMSNorm", "Scores": "attention scores", "Tok": "the token"}.get(kind, repr(v))
+                "Norm": "part of a norm (RMSNorm or LayerNorm)", "Scores": "attention scores", "Tok": "the token"}.get(kind, repr(v))
 
     # ------------------------------------------------------------------ the walk
     def run(self) -> tuple[Graph, int]:
@@ -202,7 +202,7 @@ class AtenLowering(IRBuilder, RopeLowering, AttentionLowering):
             return self.written_attention(n)
         if any(isinstance(k, SoftCap) for k in kinds):
             return self.soft_capped(n)
-        if any(isinstance(k, Norm) for k in kinds) or t in (aten.pow.Tensor_Scalar, aten.rsqrt.default):
+        if any(isinstance(k, Norm) for k in kinds) or t in (aten.pow.Tensor_Scalar, aten.rsqrt.default, aten.mean.dim):
             r = self.norm(n)
             if r is not None:
                 return r
@@ -475,6 +475,11 @@ class AtenLowering(IRBuilder, RopeLowering, AttentionLowering):
                           f"of the vector's width {self.types[xv].shape} (or of each head's) is supported")
             view = w.view + ((("flat",),) if w.tensor.dim() != 1 else ()) + ((("tile", width // per),) if tiled else ())
             wv = Const(w.tensor.reshape(-1), w.name, view)
+            ln = self.by_name(xv)
+            if ln.op is Op.LAYERNORM and len(ln.inputs) == 1 and not tiled and not self.use_counts().get(xv) and \
+                    len(x.users) == 1:
+                # a LayerNorm written out, then its weight (Cohere's, in fp32, rounded once): the op's own weight
+                return Vec(self.emit(Op.LAYERNORM, [ln.inputs[0], self.leaf(wv, 0)], ln.attrs, hint="layernorm"))
             return Vec(self.emit(Op.MUL, [xv, self.leaf(wv, 0)]))
         return Vec(self.emit(Op.MUL, [self.vec(a), self.vec(b)]))
 
@@ -557,6 +562,9 @@ class AtenLowering(IRBuilder, RopeLowering, AttentionLowering):
     def norm(self, n: fx.Node):
         t, args = n.target, n.args
         k = [self.env.get(a) if isinstance(a, fx.Node) else a for a in args]
+        written_ln = self.written_layer_norm(n, t, args, k)
+        if written_ln is not None:
+            return written_ln
         if t is aten.pow.Tensor_Scalar and isinstance(k[0], Vec) and args[1] == 2:
             return Norm("sq", k[0].ir)
         if t is aten.mul.Tensor and isinstance(k[0], Vec) and isinstance(k[1], Vec) and args[0] is args[1]:
@@ -585,8 +593,40 @@ class AtenLowering(IRBuilder, RopeLowering, AttentionLowering):
                         (t is aten.mul.Tensor or x is k[0]):
                     attrs = {"eps": r.eps, **({"group": r.group} if r.group else {})}
                     return Vec(self.emit(Op.RMSNORM, [x.ir], attrs, hint="rmsnorm"))
-        if any(isinstance(x, Norm) for x in k):
+        stage = next((x.stage for x in k if isinstance(x, Norm)), None)
+        if stage in ("mean", "c", "csq", "var", "vare", "crs"):
+            self.fail(f"{op_name(n)} inside what looks like a LayerNorm: only (x - mean(x)) * rsqrt(mean((x - mean(x))^2)"
+                      f" + eps) is supported")
+        if stage:
             self.fail(f"{op_name(n)} inside what looks like an RMSNorm: only x * rsqrt(mean(x^2) + eps) is supported")
+        return None
+
+    def written_layer_norm(self, n: fx.Node, t, args, k):
+        """A LayerNorm written out (Cohere's): (x - mean(x)) * rsqrt(mean((x - mean(x))^2) + eps), over the last
+        axis, as stages of a Norm; the product is one LAYERNORM (its weight, if any, joins it in `mul`). None where
+        n is no such stage."""
+        last = lambda: [d % meta(args[0]).dim() for d in args[1]] == [meta(args[0]).dim() - 1]   # noqa: E731
+        if t is aten.mean.dim and isinstance(k[0], Vec):
+            if not last() or meta(args[0]).shape[-1] != self.types[k[0].ir].shape[0]:
+                self.fail("a mean of an activation is supported only as a LayerNorm's, over the whole last axis")
+            return Norm("mean", k[0].ir)
+        if t is aten.sub.Tensor and isinstance(k[0], Vec) and isinstance(k[1], Norm) and k[1].stage == "mean" and \
+                k[1].x == k[0].ir:
+            return Norm("c", k[0].ir)
+        c = k[0] if isinstance(k[0], Norm) else None
+        if c is None:
+            return None
+        if t is aten.pow.Tensor_Scalar and c.stage == "c" and args[1] == 2:
+            return Norm("csq", c.x)
+        if t is aten.mean.dim and c.stage == "csq" and last():
+            return Norm("var", c.x)
+        if t is aten.add.Tensor and c.stage == "var" and isinstance(k[1], (int, float)):
+            return Norm("vare", c.x, float(k[1]))
+        if t is aten.rsqrt.default and c.stage == "vare":
+            return Norm("crs", c.x, c.eps)
+        if t is aten.mul.Tensor and isinstance(k[1], Norm) and {c.stage, k[1].stage} == {"c", "crs"} and c.x == k[1].x:
+            eps = c.eps if c.stage == "crs" else k[1].eps
+            return Vec(self.emit(Op.LAYERNORM, [c.x], {"eps": eps}, hint="layernorm"))
         return None
 
     def rms_norm(self, n: fx.Node):

@@ -50,7 +50,8 @@ class Cache:
 
 @dataclass
 class Norm:
-    stage: str                       # "sq", "ms", "mse", "rs", "sqrt"
+    stage: str                       # RMSNorm: "sq", "ms", "mse", "rs", "sqrt"; LayerNorm written out (Cohere's):
+                                     # "mean", "c" (x - mean), "csq", "var", "vare", "crs"
     x: str
     eps: float = 0.0
     group: int = 0                   # the mean over each `group` elements (a norm per head), 0: over all

@@ -11,6 +11,7 @@ from ..ir.executor import TORCH_DTYPES, rope_angles, rope_tables
 from ..ir.graph import Op
 from ..scheduler import Schedule
 from ..scheduler.tasks import column_parts, row_groups, stream_layout
+from ..scheduler.fuse import norm_constant
 
 
 @dataclass
@@ -148,6 +149,9 @@ def allocate(schedule: Schedule, weights: dict[str, torch.Tensor], device, profi
             if lanes:       # one rank's lanes of a per-lane scale (kogc.ir.shard)
                 w = w[n.attrs.get("lane0", 0):n.attrs.get("lane0", 0) + lanes]
             small[off:off + per_lane * max(lanes, 1)] = w.reshape(-1).to("cpu", dtype)
+    for name, (arena, off, per_lane, _) in lay.slots.items():
+        if arena == "small" and norm_constant(name) is not None:      # a LayerNorm's missing weight (1) or bias (0)
+            small[off:off + per_lane] = norm_constant(name)
     for op in schedule.ops:
         if op.kind == "embed":
             emb = weights[graph.by_name()[op.p["table"]].attrs["name"]]

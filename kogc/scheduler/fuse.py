@@ -26,6 +26,8 @@ ACT_STORE = {Op.SILU: "silu_store", Op.GELU: "gelu_store", Op.GELU_TANH: "gelu_t
 # epilogues: what it does with its result rows (or a gated kind)
 STORE, ROPE_STORE, ROPE_CACHE, CACHE, RESIDUAL, STORE_ARGMAX = (
     "store", "rope_store", "rope_cache", "cache", "residual", "store_argmax")
+# a LayerNorm's missing weight and bias: constant vectors (norm_constant)
+NORM_ONES, NORM_ZEROS = "#ones", "#zeros"
 # lane selectors of a residual term: this lane's, the other lanes' sum, all lanes' sum
 OWN, OTHERS, ALL = "own", "others", "all"
 
@@ -87,14 +89,20 @@ def _norm_input(n: Node, by: dict[str, Node]) -> tuple[str, str, float] | None:
     return norm.inputs[0], g.name, norm.attrs["eps"]
 
 
+def norm_constant(value: str) -> float | None:
+    """The constant a LayerNorm's missing weight (1) or bias (0) stands for, where `value` names one, else None."""
+    return {NORM_ONES: 1.0, NORM_ZEROS: 0.0}.get(value.split(".")[0])
+
+
 def _layer_norm_input(n: Node) -> tuple[str, str, str, float] | None:
-    """x = layernorm(h) * g + b, the op's own weight and bias: (h, g, b, eps); None where n is no LayerNorm."""
+    """x = layernorm(h) * g + b, the op's own weight and bias: (h, g, b, eps); None where n is no LayerNorm. A
+    weight or bias it lacks (OLMo's norms have neither, Cohere's no bias) is a constant vector of ones or zeros,
+    `#ones.D` / `#zeros.D`, held among the kernel's small vectors."""
     if n.op is not Op.LAYERNORM:
         return None
-    if len(n.inputs) != 3:
-        raise SchedulerError(f"a LayerNorm without {'a weight and ' if len(n.inputs) == 1 else ''}a bias ({n.name}) "
-                             f"is not supported by the kernel, at {n.source or '?'}")
-    return n.inputs[0], n.inputs[1], n.inputs[2], n.attrs["eps"]
+    d = n.type.shape[0]
+    g, b = (list(n.inputs[1:]) + [f"{NORM_ONES}.{d}", f"{NORM_ZEROS}.{d}"][len(n.inputs) - 1:])[:2]
+    return n.inputs[0], g, b, n.attrs["eps"]
 
 
 def fuse(graph: Graph, cfg=None) -> list[FusedOp]:

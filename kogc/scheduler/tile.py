@@ -15,7 +15,7 @@ from ..ir.graph import Graph, Op
 from .config import ESIZE, TileConfig, attention_splits, last_split_combines, tile_rows
 from .errors import SchedulerError
 from .fuse import (ALL, ATTN_COMBINE, GATED_KINDS, LAYERNORM, OTHERS, OWN, PLAIN, RESIDUAL, RMSNORM, ROPE_CACHE, ROPE_STORE,
-                   STORE_ARGMAX, FusedOp, is_pow2)
+                   STORE_ARGMAX, FusedOp, is_pow2, norm_constant)
 from .tasks import (A_BIAS, A_CACHE, A_EPS, A_H, A_KEYS, A_NORM_BIAS, A_OUT, A_OWN_COEF, A_RECV, A_RECV_STRIDE, A_RES_OUT,
                     A_ROPE, A_ROW0,
                     A_SLOT, A_TERM, A_TERM_COEF, A_TERM_SEL, A_TERM_STRIDE, A_WINDOW, A_X, A_X2, NARGS, SELECT_CODES,
@@ -102,6 +102,11 @@ def tile_rank(graph: Graph, ops: list[FusedOp], cfg: TileConfig) -> tuple[list[T
             lay.alloc(n.name, "kv", math.prod(n.type.shape), n.type.lanes)
         elif n.op is Op.PARAM and len(n.type.shape) == 1:
             lay.alloc(n.name, "small", n.type.shape[0], n.type.lanes)
+    for op in ops:      # a LayerNorm's missing weight or bias: a shared constant vector (filled when packed)
+        for c in (op.p.get(k) for k in ("g", "b")):
+            if c and norm_constant(c) is not None:
+                lay.alloc(c, "small", int(c.split(".")[1]), 0)
+    lanes_of_value = lambda v: 0 if norm_constant(v) is not None else by[v].type.lanes     # noqa: E731
     lanes_of = lambda op: range(op.lanes) if op.lanes else [-1]  # noqa: E731
     positions = next((op.p["max_pos"] for op in ops if op.kind == "attention"), 0)
     rope_at = rope_table_offsets(graph, positions)
@@ -174,21 +179,21 @@ def tile_rank(graph: Graph, ops: list[FusedOp], cfg: TileConfig) -> tuple[list[T
                     new(("normed_residual", blk, d), op, l, args, reads, [lay.region(p["out"], l, r0, r0 + blk)],
                         cost=(d + 3 * blk) * es)
         elif op.kind == "final_norm":
-            h, g = by[p["h"]], by[p["g"]]
-            d, L = h.type.shape[0], h.type.lanes
+            h = by[p["h"]]
+            d, L, g_lanes = h.type.shape[0], h.type.lanes, lanes_of_value(p["g"])
             if npeer:       # the exchange moves whole power-of-two vectors
                 _pow2(d, "hidden size (with several GPUs)", op)
             val(p["out"])
             args = _args({A_H: lay.at(p["h"], 0), A_TERM_STRIDE: d, A_X2: lay.at(p["g"], 0),
-                          A_ROW0: d if g.type.lanes else 0, A_OUT: lay.at(p["out"], -1), A_EPS: f32_bits(p["eps"])})
+                          A_ROW0: d if g_lanes else 0, A_OUT: lay.at(p["out"], -1), A_EPS: f32_bits(p["eps"])})
             if p["norm"] == LAYERNORM:
-                if by[p["b"]].type.lanes != g.type.lanes:
+                if lanes_of_value(p["b"]) != g_lanes:
                     raise SchedulerError(f"a LayerNorm's weight and bias must both be shared or both per lane, at "
                                          f"{op.source or '?'}")
                 args[A_NORM_BIAS] = lay.at(p["b"], 0)
             reads = [lay.region(p["h"], l, 0, d) for l in range(L)]
             # (the variant says whether each lane has its own scale or all share one, held as one row)
-            variant = ("final_norm", d, L, L if g.type.lanes else 1, p["norm"])
+            variant = ("final_norm", d, L, L if g_lanes else 1, p["norm"])
             if not npeer:
                 new(variant, op, -1, args, reads, [lay.region(p["out"], -1, 0, d)], cost=d * es * (L + 1))
             else:
