@@ -117,3 +117,14 @@ def test_position_embedding_errors_are_one_line(kwargs, needle):
     with pytest.raises(FrontendError) as e:
         to_ir(Positions(**kwargs))
     assert needle in str(e.value) and len(str(e.value).splitlines()) == 1, str(e.value)
+
+
+def test_generation_in_one_launch_moves_the_position_row():
+    # each step of one launch adds its own position's row (the prompt's steps and the generated ones)
+    model = gpt2(n_layer=1)
+    with torch.no_grad():       # rows that decide the tokens (GPT-2 starts them near 0)
+        model.transformer.wpe.weight.normal_(0.0, 1.0, generator=torch.Generator().manual_seed(3))
+    ck = kogc.compile(kogc.frontend.decode_step(model, max_len=16))
+    prompt = torch.tensor([[5, 9]])
+    want = model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=3, do_sample=False)
+    assert ck.generate([5, 9], 3) == want[0, 2:].tolist()
