@@ -16,7 +16,8 @@ layers of 2048, 32 heads of 64, learned positions, ReLU MLP of 8192, 50,272 toke
 24 layers of 2048, 16 heads of 128 over one KV head, learned positions, 49,280 tokens. GPT-J-6B: 28 layers of
 4096, 16 heads of 256, interleaved RoPE on 64 dims, parallel sublayers, a biased LM head of 50,400 tokens.
 Phi-2: 32 layers of 2560, 32 heads of 80 (in 128 lanes), RoPE on 32 dims of each, a gelu_new MLP of 10240, a
-biased LM head of 51,200 tokens.
+biased LM head of 51,200 tokens. BLOOM-1B7: 24 layers of 2048, 16 heads of 128, ALiBi, the embedding normed,
+250,880 tokens. MPT-7B: 32 layers of 4096, 32 heads of 128, ALiBi, LayerNorms without a bias, 50,432 tokens.
 """
 import sys
 import time
@@ -40,6 +41,10 @@ CONFIGS = {
     "phi-2": ("PhiForCausalLM", lambda: transformers.PhiConfig(
         vocab_size=51200, hidden_size=2560, intermediate_size=10240, num_hidden_layers=32, num_attention_heads=32,
         partial_rotary_factor=0.4, max_position_embeddings=2048)),
+    "bloom-1b7": ("BloomForCausalLM", lambda: transformers.BloomConfig(
+        vocab_size=250880, hidden_size=2048, n_layer=24, n_head=16)),
+    "mpt-7b": ("MptForCausalLM", lambda: transformers.MptConfig(
+        vocab_size=50432, d_model=4096, n_layers=32, n_heads=32, max_seq_len=2048, expansion_ratio=4, no_bias=True)),
     "gpt2-xl": ("GPT2LMHeadModel", lambda: transformers.GPT2Config(
         vocab_size=50257, n_embd=1600, n_layer=48, n_head=25, n_positions=1024)),
     "opt-1.3b": ("OPTForCausalLM", lambda: transformers.OPTConfig(

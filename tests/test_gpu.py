@@ -179,3 +179,16 @@ def test_cohere_on_the_gpu(tmp_path):
                                     hidden_size=1024, intermediate_size=4096, num_hidden_layers=4, num_attention_heads=8,
                                     num_key_value_heads=2, max_position_embeddings=2048, pad_token_id=0, bos_token_id=1,
                                     eos_token_id=2)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cls,config,cfg", [
+    # BLOOM (4 layers, a width of 1024, 16 heads of 64): ALiBi rounded to fp16 as the model rounds it, the
+    # embedding's LayerNorm in the embedding task, its GELU written out
+    ("BloomForCausalLM", "BloomConfig", dict(vocab_size=32000, hidden_size=1024, n_layer=4, n_head=16)),
+    # MPT (4 layers, a width of 1024, 8 heads of 128): ALiBi in fp32, LayerNorms without a bias
+    ("MptForCausalLM", "MptConfig", dict(vocab_size=32000, d_model=1024, n_layers=4, n_heads=8, max_seq_len=2048,
+                                         expansion_ratio=4, no_bias=True)),
+])
+def test_alibi_on_the_gpu(tmp_path, cls, config, cfg):
+    check_random_transformers_model(tmp_path, cls, config, 1.0, **cfg)

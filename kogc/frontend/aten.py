@@ -196,6 +196,8 @@ class AtenLowering(IRBuilder, RopeLowering, AttentionLowering):
             return self.kv_write(n)
         if t is aten.scaled_dot_product_attention.default:
             return self.sdpa(n)
+        if t is aten.baddbmm.default:          # bias + alpha * q @ k^T (BLOOM's ALiBi)
+            return self.written_attention(n)
         if any(isinstance(k, Cache) for k in kinds) and t not in MATMUL:
             return self.cache_view(n)
         if any(isinstance(k, Scores) for k in kinds) or (t in MATMUL and not any(isinstance(k, Const) for k in kinds)):
@@ -487,6 +489,8 @@ class AtenLowering(IRBuilder, RopeLowering, AttentionLowering):
         a, b = n.args[:2]
         alpha = n.kwargs.get("alpha", 1)
         if alpha != 1 or not all(isinstance(x, fx.Node) for x in (a, b)):
+            if alpha == 1 and any(isinstance(x, (int, float)) for x in (a, b)):
+                return self.region(n)       # part of an activation written out (BLOOM's GELU: 1 + c * x * x)
             self.fail(f"{op_name(n)} with a constant is not supported on an activation")
         if n.target is aten.add.Tensor and any(isinstance(self.env.get(x), PosFn) for x in (a, b)):
             return self.position_embedding(n, *((a, b) if isinstance(self.env.get(b), PosFn) else (b, a)))

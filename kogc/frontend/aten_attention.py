@@ -12,7 +12,7 @@ import torch.fx as fx
 from ..ir.graph import Op, ValueType
 from .aten_values import (CASTS, DTYPE_NAMES, MATMUL, REORDER, SAME, SOFTMAX, Cache, Const, PosFn, Scores, Vec, aten,
                           flat_args, meta, op_name, short, squeezed)
-from .probe import causal_allowed, probe_positions, window_of
+from .probe import alibi_of, causal_allowed, probe_positions, window_of
 
 
 class AttentionLowering:
@@ -137,8 +137,36 @@ class AttentionLowering:
         for w in weights:
             self.scale_param(w, factor)
 
-    def attention(self, q: str, k: Cache, v: Cache, window: int, softcap: float = 0.0) -> Vec:
-        attrs = {**({"window": window} if window else {}), **({"softcap": softcap} if softcap else {})}
+    def alibi(self, bias: fx.Node, heads: int, positions: int) -> dict:
+        """A constant added to the scores, [heads, positions] after its views: ALiBi (kogc.frontend.probe.alibi_of),
+        from its fp32 values (before the cast to the model's dtype, where the model rounds it: BLOOM's)."""
+        if isinstance(self.env[bias], PosFn):        # the same at every position, or it is no ALiBi
+            at = [self.posgraph.value(bias, p) for p in probe_positions(self.max_pos or 1)]
+            if any(not torch.equal(a, at[0]) for a in at):
+                self.fail("a function of the position added to attention scores that is neither a mask nor ALiBi")
+            values, rounded, src = at[0], False, None
+        else:
+            values, rounded, src = self.env[bias].tensor, False, bias
+        while values.dtype != torch.float32 and isinstance(src, fx.Node) and (src.target in SAME or src.target in CASTS):
+            inner = self.env.get(src.args[0])
+            if not isinstance(inner, Const):
+                break
+            if src.target in CASTS and inner.tensor.dtype == torch.float32 and inner.tensor.numel() == values.numel():
+                values, rounded = inner.tensor.reshape(values.shape), True
+                break
+            src = src.args[0]
+        if values.dtype != torch.float32 or values.numel() != heads * positions:
+            self.fail(f"a constant of shape {list(values.shape)} added to attention scores: only ALiBi (a bias per "
+                      f"query head and key position, computed in fp32) is supported")
+        found = alibi_of(values.reshape(heads, positions))
+        if found is None:
+            self.fail("a constant added to attention scores that is not ALiBi (slope_h * (k + c) for each query head h "
+                      "and key position k) is not supported")
+        return {**found, **({"rounded": True} if rounded else {})}
+
+    def attention(self, q: str, k: Cache, v: Cache, window: int, softcap: float = 0.0, alibi: dict | None = None) -> Vec:
+        attrs = {**({"window": window} if window else {}), **({"softcap": softcap} if softcap else {}),
+                 **({"alibi": alibi} if alibi else {})}
         return Vec(self.emit(Op.ATTENTION, [q, k.ir, v.ir, self.pos_ir], attrs or None, hint="attn"))
 
     def sdpa(self, n: fx.Node):
@@ -169,6 +197,12 @@ class AttentionLowering:
     def written_attention(self, n: fx.Node):
         t, args = n.target, n.args
         k = [self.env.get(x) if isinstance(x, fx.Node) else x for x in args]
+        if t is aten.baddbmm.default and isinstance(k[0], Const) and isinstance(k[2], Cache):
+            if n.kwargs.get("beta", 1) != 1:
+                self.fail(f"{op_name(n)} of attention scores with beta {n.kwargs['beta']}: only the bias as it is")
+            qm = meta(args[1])
+            self.heads(k[2], qm.numel() // qm.shape[-1], True)
+            return Scores(self.vec(args[1]), k[2], scale=float(n.kwargs.get("alpha", 1)), bias=args[0])
         if t in MATMUL and isinstance(k[1], Cache) and not isinstance(k[0], Scores):
             qm = meta(args[0])
             nq = qm.numel() // qm.shape[-1]
@@ -181,7 +215,7 @@ class AttentionLowering:
         s = k[0]
         if t in CASTS or t in SAME:
             return s
-        if t in (aten.mul.Tensor, aten.div.Tensor) and isinstance(k[1], (int, float)) and not s.probs:
+        if t in (aten.mul.Tensor, aten.div.Tensor) and isinstance(k[1], (int, float)) and not s.probs and s.bias is None:
             f = 1.0 / k[1] if t is aten.div.Tensor else k[1]
             if s.tanh and not s.softcap and t is aten.mul.Tensor:       # c * tanh(..): a soft cap of c
                 return dataclasses.replace(s, softcap=float(f))
@@ -189,8 +223,14 @@ class AttentionLowering:
                 return dataclasses.replace(s, scale=s.scale * f)
         if t is aten.tanh.default and not (s.tanh or s.probs or s.mask):
             return dataclasses.replace(s, tanh=True)
+        if t is aten.add.Tensor and isinstance(k[1], PosFn) and s.bias is None and not (s.probs or s.tanh):
+            first = self.posgraph.value(args[1], 0)
+            if first.is_floating_point() and bool((first.abs() < 1e4).all()):
+                return dataclasses.replace(s, bias=args[1])     # finite everywhere: no mask (MPT's ALiBi, sliced)
         if t is aten.add.Tensor and isinstance(k[1], PosFn) and s.mask is None:
             return dataclasses.replace(s, mask=(args[1], "additive"))
+        if t is aten.add.Tensor and isinstance(k[1], Const) and s.bias is None and not (s.probs or s.tanh):
+            return dataclasses.replace(s, bias=args[1])        # (MPT's ALiBi)
         if t in (aten.masked_fill.Scalar, aten.masked_fill.Tensor) and isinstance(k[1], PosFn) and s.mask is None:
             if not (isinstance(args[2], float) and args[2] <= -1e4):
                 self.fail("masked_fill of attention scores must fill with -inf")
@@ -207,7 +247,8 @@ class AttentionLowering:
             # c * tanh(scale * q.k): the kernel's scores (q.k / sqrt(hd), the query's projection scaled by
             # scale * c * sqrt(hd)) capped as c * tanh(scores / c)
             self.check_scale(s.q, s.scale * (s.softcap or 1.0), s.k.hd)
-            return self.attention(s.q, s.k, k[1], window, s.softcap)
+            alibi = self.alibi(s.bias, self.types[s.q].shape[0] // s.k.hd, s.k.S) if s.bias is not None else None
+            return self.attention(s.q, s.k, k[1], window, s.softcap, alibi)
         self.fail(f"unsupported op {op_name(n)} on attention scores")
 
 

@@ -37,9 +37,14 @@ class RopeLowering:
         return Region(root, ir, n)
 
     def unscaled(self, ir: str) -> str:
-        """The activation a SCALE node (or a chain of them) multiplies; ir itself otherwise."""
+        """The activation a SCALE node (or a chain of them) multiplies, or that a MUL multiplies by itself or its
+        multiples (BLOOM's GELU written out: 0.044715 * x * x); ir itself otherwise."""
         node = self.by_name(ir)
-        return self.unscaled(node.inputs[0]) if node.op is Op.SCALE else ir
+        if node.op is Op.SCALE:
+            return self.unscaled(node.inputs[0])
+        if node.op is Op.MUL and len({self.unscaled(i) for i in node.inputs}) == 1:
+            return self.unscaled(node.inputs[0])
+        return ir
 
     def materialize(self, r: Region) -> str:
         """The region as an activation function of its activation (an IR op: a GELU written out), or as ROPE

@@ -66,6 +66,7 @@ class Scores:
     probs: bool = False
     tanh: bool = False               # tanh(scale * q.k) taken (a soft cap: Gemma 2's), times `softcap` next
     softcap: float = 0.0
+    bias: fx.Node | None = None      # a constant added to the scores (ALiBi's, checked when attention completes)
 
 
 @dataclass

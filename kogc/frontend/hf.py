@@ -27,7 +27,8 @@ class DecodeStep(nn.Module):
         super().__init__()
         from transformers import StaticCache
         config = model.config.get_text_config()
-        limit = getattr(config, "max_position_embeddings", None) or DEFAULT_MAX_LEN
+        limit = getattr(config, "max_position_embeddings", None) or getattr(config, "max_seq_len", None) or \
+            DEFAULT_MAX_LEN         # (MPT's is max_seq_len)
         self.max_len = min(max_len or DEFAULT_MAX_LEN, limit)
         self.model = model
         fp8 = getattr(model, "kogc_fp8_weights", None)       # weights stored in FP8 (kogc.frontend.transformers_dir)

@@ -216,6 +216,23 @@ def attended_from(allowed: torch.Tensor, pos: int) -> int | None:
     return lo if lo <= pos and bool((rows == want).all()) else None
 
 
+def alibi_of(bias: torch.Tensor) -> dict | None:
+    """{"slopes": [per head], "at": c} where bias [heads, positions] (fp32) is exactly slope_h * (k + c) as fp32
+    computes it (BLOOM's c = 0, MPT's key positions counted back from the cache's last), else None. c is where
+    the first head's bias is 0; each slope is the bias one position from there."""
+    heads, positions = bias.shape
+    zeros = (bias[0] == 0).nonzero().flatten().tolist()
+    if len(zeros) != 1 or positions < 2:
+        return None
+    k0 = zeros[0]
+    slopes = bias[:, k0 + 1] if k0 + 1 < positions else -bias[:, k0 - 1]
+    c = -k0
+    again = slopes[:, None] * (torch.arange(positions) + c).to(torch.float32)[None, :]
+    if not torch.equal(again, bias) or not bool((slopes > 0).all()):
+        return None
+    return {"slopes": [float(s) for s in slopes], "at": c}
+
+
 def window_of(allowed_at, max_pos: int) -> int | None:
     """The window of a causal mask: 0 where position p attends 0..p at every probed position (plain
     causal, or a window the cache never exceeds), W where it attends max(0, p - W + 1)..p (a sliding

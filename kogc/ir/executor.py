@@ -86,6 +86,18 @@ def rope_table_offsets(graph: Graph, positions: int) -> dict[str, int]:
     return {n.name: starts[tables.index(n.attrs)] for n in graph.nodes if n.op is Op.ROPE}
 
 
+def alibi_table_offsets(graph: Graph, positions: int) -> dict[str, int]:
+    """Each ALiBi attention node's slopes (fp32, one per query head) in the kernel's COS table, after the RoPE
+    tables (kogc.ir.executor.rope_table_offsets), one node after another (SIN holds the same)."""
+    at = sum(positions * (t["head_dim"] // 2) for t in rope_tables(graph))
+    out = {}
+    for n in graph.nodes:
+        if n.op is Op.ATTENTION and n.attrs.get("alibi"):
+            out[n.name] = at
+            at += len(n.attrs["alibi"]["slopes"])
+    return out
+
+
 def rope_angles(pos: int, attrs: dict) -> tuple[torch.Tensor, torch.Tensor]:
     """A ROPE node's cos and sin at `pos` for pairs j < hd/2, computed in fp32 (the kernel uses the same
     table): of pos * inv_freq[j], where inv_freq is the attrs' own list (a model's computed or stored
@@ -127,8 +139,18 @@ def _attention(node, args, types):
     scores = qh @ keys.transpose(-1, -2) / hd ** 0.5                # [.., kv, group, p]
     if node.attrs.get("softcap"):                                   # a soft cap (Gemma 2): c tanh(s / c)
         scores = node.attrs["softcap"] * torch.tanh(scores / node.attrs["softcap"])
+    if node.attrs.get("alibi"):                                     # ALiBi: + slope_h * (k + at), fp32
+        scores = scores + alibi_bias(node.attrs["alibi"], lo, p, q.dtype).reshape(scores.shape[-3:])
     out = torch.softmax(scores, dim=-1) @ vals                      # [.., kv, group, hd]
     return out.reshape(q.shape).to(q.dtype)
+
+
+def alibi_bias(alibi: dict, lo: int, end: int, dtype) -> torch.Tensor:
+    """ALiBi's bias of each query head at key positions lo..end-1, [heads, end - lo]: slope_h * (k + at) in fp32,
+    rounded to the model's dtype where the model rounds it (BLOOM's `alibi.to(dtype)`; MPT's stays fp32)."""
+    slopes = torch.tensor(alibi["slopes"], dtype=torch.float32)
+    bias = slopes[:, None] * (torch.arange(lo, end) + alibi["at"]).to(torch.float32)[None, :]
+    return bias.to(dtype).float() if alibi.get("rounded") else bias
 
 
 def _argmax(node, args, types):

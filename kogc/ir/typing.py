@@ -145,6 +145,11 @@ def _attention(ins, attrs):
         raise IRTypeError(f"attention window {window!r}: a number of positions >= 1 (or absent)")
     if not isinstance(attrs.get("softcap", 0.0), float):
         raise IRTypeError(f"attention soft cap {attrs['softcap']!r}: a float (or absent)")
+    alibi = attrs.get("alibi")
+    if alibi is not None and (not isinstance(alibi, dict) or len(alibi.get("slopes", [])) != q.shape[0] // hd or
+                              not isinstance(alibi.get("at"), int) or attrs.get("softcap")):
+        raise IRTypeError(f"attention ALiBi {alibi!r}: a slope per query head ({q.shape[0] // hd}) and an integer "
+                          f"offset, without a soft cap")
     return q
 
 

@@ -160,12 +160,13 @@ def allocate(schedule: Schedule, weights: dict[str, torch.Tensor], device, profi
             if op.p["pos_table"]:       # a learned position embedding's rows after the token table's
                 emb = torch.cat((emb.to(dtype), weights[graph.by_name()[op.p["pos_table"]].attrs["name"]].detach().to(dtype)))
     max_pos = schedule.max_pos or 1
-    if schedule.max_pos and rope_tables(graph):       # (none: a model without RoPE, GPT-2's)
-        # every table [max_pos, head_dim / 2], one after another (kogc.ir.executor.rope_table_offsets)
-        cos, sin = zip(*(rope_angles(p, rope) for rope in rope_tables(graph) for p in range(max_pos)))
-        cos, sin = torch.cat(cos), torch.cat(sin)
-    else:
-        cos = sin = torch.zeros(1)
+    # every RoPE table [max_pos, head_dim / 2], one after another (kogc.ir.executor.rope_table_offsets), then each
+    # ALiBi attention's slopes (alibi_table_offsets)
+    tables = [rope_angles(p, rope) for rope in rope_tables(graph) for p in range(max_pos)] if schedule.max_pos else []
+    tables += [(torch.tensor(n.attrs["alibi"]["slopes"], dtype=torch.float32),) * 2 for n in graph.nodes
+               if n.op is Op.ATTENTION and n.attrs.get("alibi")]
+    cos = torch.cat([c for c, _ in tables]) if tables else torch.zeros(1)
+    sin = torch.cat([s for _, s in tables]) if tables else torch.zeros(1)
 
     def z(n, dt):
         return torch.zeros(max(n, 1), dtype=dt, device=device)

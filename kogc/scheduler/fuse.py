@@ -128,7 +128,14 @@ def fuse(graph: Graph, cfg=None) -> list[FusedOp]:
         elif n.op is Op.BROADCAST_LANES and (emb := _embedding(by[n.inputs[0]], by)) is not None:
             table, pos_table, nodes = emb
             take(n.name, *nodes)
-            add("embed", n, n.type.lanes, table=table, pos_table=pos_table, out=n.name)
+            # a LayerNorm of the embedding alone (BLOOM's word_embeddings_layernorm): formed by the embed task
+            normed = [u for u in users[n.name] if u.op is Op.LAYERNORM]
+            if len(users[n.name]) == 1 and normed and n.type.lanes <= 1:
+                h, g, b, eps = _layer_norm_input(normed[0])
+                take(normed[0].name)
+                add("embed", n, n.type.lanes, table=table, pos_table=pos_table, out=normed[0].name, g=g, b=b, eps=eps)
+            else:
+                add("embed", n, n.type.lanes, table=table, pos_table=pos_table, out=n.name)
         elif n.op is Op.MATVEC and n.name not in covered:      # (covered: the up half of a gated pair)
             ops.append(_matvec(n, by, users, order, take, residual_done, paired))
         elif n.op is Op.ROPE and n.name not in covered and (head_norm := _head_norm_input(n, by)) is not None:
@@ -151,7 +158,7 @@ def fuse(graph: Graph, cfg=None) -> list[FusedOp]:
             take(n.name)
             add("attention", n, n.type.lanes, q=q.name, k_cache=kw.inputs[0], v_cache=vw.inputs[0],
                 kv_heads=kv, head_dim=hd, group=n.type.shape[0] // (kv * hd), max_pos=kw.type.shape[1],
-                window=n.attrs.get("window", 0), softcap=n.attrs.get("softcap", 0.0))
+                window=n.attrs.get("window", 0), softcap=n.attrs.get("softcap", 0.0), alibi=n.attrs.get("alibi"))
         elif n.op is Op.ADD and n.name not in residual_done:
             terms = _residual_terms(n, by)
             if terms is not None:

@@ -25,6 +25,8 @@ A_ROPE = A_TERM     # RoPE (a matvec's rope epilogue, head_norm): its table's fi
 A_NORM_BIAS = A_TERM_COEF   # a LayerNorm's bias in the small arena (a matvec's prologue, the final norm; never a
                             # residual epilogue: fuse)
 A_WINDOW = A_TERM   # attention: its sliding window W (positions max(0, pos - W + 1)..pos; 0: 0..pos)
+A_ALIBI = A_TERM_STRIDE     # attention with ALiBi: its slopes' first element in COS, and the offset c of its
+A_ALIBI_AT = A_EPS          # bias slope_h * (k + c) (kogc.ir.executor.alibi_bias)
 # Delayed tensor parallelism (several ranks) reuses slots the kinds involved leave free:
 A_RECV = A_CACHE         # a receive buffer in the f32 arena: [2 step parities][peers][n]
 A_RECV_STRIDE = A_SLOT   # a residual term's n (one peer's partial) in that buffer

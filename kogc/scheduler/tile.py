@@ -10,13 +10,13 @@ import math
 import struct
 from dataclasses import dataclass, field
 
-from ..ir.executor import rope_table_offsets
+from ..ir.executor import alibi_table_offsets, rope_table_offsets
 from ..ir.graph import Graph, Op
 from .config import ESIZE, TileConfig, attention_splits, last_split_combines, tile_rows
 from .errors import SchedulerError
 from .fuse import (ALL, ATTN_COMBINE, GATED_KINDS, LAYERNORM, OTHERS, OWN, PLAIN, RESIDUAL, RMSNORM, ROPE_CACHE, ROPE_STORE,
                    STORE_ARGMAX, FusedOp, is_pow2, norm_constant)
-from .tasks import (A_BIAS, A_CACHE, A_EPS, A_H, A_KEYS, A_NORM_BIAS, A_OUT, A_OWN_COEF, A_RECV, A_RECV_STRIDE, A_RES_OUT,
+from .tasks import (A_ALIBI, A_ALIBI_AT, A_BIAS, A_CACHE, A_EPS, A_H, A_KEYS, A_NORM_BIAS, A_OUT, A_OWN_COEF, A_RECV, A_RECV_STRIDE, A_RES_OUT,
                     A_ROPE, A_ROW0,
                     A_SLOT, A_TERM, A_TERM_COEF, A_TERM_SEL, A_TERM_STRIDE, A_WINDOW, A_X, A_X2, NARGS, SELECT_CODES,
                     TOKEN_KEYS, Exchange, Region, Task, WeightTile, next_pow2)
@@ -110,6 +110,7 @@ def tile_rank(graph: Graph, ops: list[FusedOp], cfg: TileConfig) -> tuple[list[T
     lanes_of = lambda op: range(op.lanes) if op.lanes else [-1]  # noqa: E731
     positions = next((op.p["max_pos"] for op in ops if op.kind == "attention"), 0)
     rope_at = rope_table_offsets(graph, positions)
+    alibi_at = alibi_table_offsets(graph, positions)
 
     for op in ops:
         p = op.p
@@ -120,14 +121,16 @@ def tile_rank(graph: Graph, ops: list[FusedOp], cfg: TileConfig) -> tuple[list[T
             pos_rows = by[p["table"]].type.shape[0] if p["pos_table"] else 0
             for l in lanes_of(op):
                 args = _args({A_OUT: lay.at(p["out"], l), A_X: pos_rows})
-                new(("embed", d) + (("pos",) if pos_rows else ()), op, l, args, [], [lay.region(p["out"], l, 0, d)],
-                    cost=d * es * (2 if pos_rows else 1))
+                if p.get("g"):      # normed in the task (BLOOM's embedding LayerNorm)
+                    args[A_X2], args[A_NORM_BIAS], args[A_EPS] = lay.at(p["g"], 0), lay.at(p["b"], 0), f32_bits(p["eps"])
+                new(("embed", d) + (("pos",) if pos_rows else ()) + (("ln",) if p.get("g") else ()), op, l, args, [],
+                    [lay.region(p["out"], l, 0, d)], cost=d * es * (2 if pos_rows else 1))
         elif op.kind == "matvec":
             _tile_matvec(op, by, lay, val, new, cfg, es, lanes_of, sent, recv_slot, rope_at)
             if p["out"] in sent:
                 send(p["out"], op)
         elif op.kind == "attention":
-            _tile_attention(op, by, lay, val, new, cfg, es, lanes_of)
+            _tile_attention(op, by, lay, val, new, cfg, es, lanes_of, alibi_at.get(op.node))
         elif op.kind == "head_norm":
             # every head of one lane's q or k: the norm per head (or over them all), its scale, RoPE; into the activations or,
             # at the position, the KV cache
@@ -359,7 +362,8 @@ def _prologue(op, by, lay, l, K, pro):
     return [lay.region(p["x"], l, 0, K)], {A_X: lay.at(p["x"], l)}
 
 
-def _tile_attention(op, by, lay, val, new, cfg, es, lanes_of):
+def _tile_attention(op, by, lay, val, new, cfg, es, lanes_of, alibi_at):
+    """alibi_at: where the attention's ALiBi slopes are in COS (None: no ALiBi)."""
     p = op.p
     kv, g, hd, S = p["kv_heads"], p["group"], p["head_dim"], p["max_pos"]
     nq = kv * g
@@ -386,6 +390,8 @@ def _tile_attention(op, by, lay, val, new, cfg, es, lanes_of):
             for j in range(ns):
                 a = _args({A_X: lay.at(p["q"], l, kh * g * hd), A_X2: kbase, A_CACHE: vbase, A_OUT: pbase,
                            A_ROW0: j, A_SLOT: kh, A_WINDOW: p.get("window", 0)})
+                if p.get("alibi"):
+                    a[A_ALIBI], a[A_ALIBI_AT] = alibi_at, p["alibi"]["at"]
                 reads = [lay.region(p["q"], l, kh * g * hd, (kh + 1) * g * hd),
                          Region("kv", kbase, kbase + S * hd), Region("kv", vbase, vbase + S * hd)]
                 acc0 = pbase + j * K + kh * g * hd
@@ -395,7 +401,8 @@ def _tile_attention(op, by, lay, val, new, cfg, es, lanes_of):
                     a[A_H] = lay.at(f"{op.node}.arrivals", l, kh)
                     a[A_RES_OUT] = lay.at(op.node, l, kh * g * hd)
                     writes.append(lay.region(op.node, l, kh * g * hd, (kh + 1) * g * hd))
-                new(("attention", g, hd, ns, nq, block, impl) + (("last",) if last else ()), op, l, a, reads, writes,
+                alibi = () if not p.get("alibi") else ("alibi_rounded",) if p["alibi"].get("rounded") else ("alibi",)
+                new(("attention", g, hd, ns, nq, block, impl) + (("last",) if last else ()) + alibi, op, l, a, reads, writes,
                     cost=2 * (ctx // ns) * hd * es)
 
 
