@@ -4,16 +4,18 @@
 #
 #   bash experiments/gpu_tests.sh 1    # tests/test_gpu.py and tests/test_mirror.py
 #   bash experiments/gpu_tests.sh 2    # tests/test_check.py, tests/test_ranks.py and tests/test_bench.py
+#   bash experiments/gpu_tests.sh 3    # tests/test_gpu_families.py (LayerNorm, learned positions, ALiBi, ...)
 #
 # Writes OUT/gpu-tests-PART.log (pytest -v with every test's seconds) and prints its summary lines.
 set -u
-PART=${1:?usage: gpu_tests.sh 1|2}
+PART=${1:?usage: gpu_tests.sh 1|2|3}
 : "${OUT:?set OUT to the folder the results go to}"
 export PYTHONPATH=${PYTHONPATH:-$PWD} CUDA_MODULE_LOADING=EAGER PYTHONUNBUFFERED=1
 case $PART in
     1) files="tests/test_gpu.py tests/test_mirror.py" ;;
     2) files="tests/test_check.py tests/test_ranks.py tests/test_bench.py" ;;
-    *) echo "usage: gpu_tests.sh 1|2" >&2; exit 2 ;;
+    3) files="tests/test_gpu_families.py" ;;
+    *) echo "usage: gpu_tests.sh 1|2|3" >&2; exit 2 ;;
 esac
 git log --oneline -1 > "$OUT/gpu-tests-$PART.log" 2>/dev/null
 # shellcheck disable=SC2086
