@@ -35,6 +35,12 @@ def derive_step(t: torch.Tensor, step) -> torch.Tensor:
         return t.reshape(-1)
     if kind == "lane":
         return t.unsqueeze(0)
+    if kind == "lanes":         # rows cut into step[1] lanes, [L, N / L, ...] (kogc.ir.lanes: Q, K, V, the MLP's first)
+        return t.reshape(step[1], t.shape[0] // step[1], *t.shape[1:])
+    if kind == "lane_cols":     # columns cut into step[1] lanes, [L, N, K / L] (the output projection, the MLP's last)
+        return t.reshape(t.shape[0], step[1], t.shape[1] // step[1]).transpose(0, 1).contiguous()
+    if kind == "lane_heads":    # a KV cache [1, kv, S, hd] as step[1] lanes of kv / L heads
+        return t.reshape(step[1], t.shape[1] // step[1], *t.shape[2:])
     if kind == "scale":         # a constant folded into a weight (kogc.frontend.aten.scale_param), in fp32
         return (t.float() * step[1]).to(t.dtype)
     if kind == "offset":        # a constant added to a weight (Gemma's norm scale 1 + w), in fp32
