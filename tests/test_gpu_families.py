@@ -77,3 +77,19 @@ def test_cohere_on_the_gpu(tmp_path):
 ])
 def test_alibi_on_the_gpu(tmp_path, cls, config, cfg):
     check_random_transformers_model(tmp_path, cls, config, 1.0, **cfg)
+
+
+@pytest.mark.gpu
+def test_ordinary_decoder_over_two_ranks_on_the_gpu(tmp_path):
+    # a Llama of 4 layers of 1024 (8 heads of 128 over 4 KV heads) cut into 2 lanes, both ranks on this GPU:
+    # against eager, the one-GPU kernel, repeated launches (kogc check --gpus 2)
+    import torch
+    transformers = pytest.importorskip("transformers")
+    from kogc.check import run_check
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(vocab_size=32000, hidden_size=1024, intermediate_size=4096, num_hidden_layers=4,
+                                      num_attention_heads=8, num_key_value_heads=4, max_position_embeddings=4096)
+    transformers.LlamaForCausalLM(config).half().save_pretrained(tmp_path)
+    res = run_check(str(tmp_path), None, steps=64, generate=64, prompt=[2, 3, 4, 5], overrides={"max_len": 512},
+                    quiet=True, gpus=2, one_gpu=True)
+    assert res["passed"], res["failures"]

@@ -1,0 +1,99 @@
+"""Ordinary decoders over several GPUs: the heads and the MLP's width cut into G lanes that sum at once
+(kogc.ir.lanes), each rank's kernel under Triton's interpreter in one process (kogc.runtime.ranks), against eager
+and the IR reference (fp32, 1e-5)."""
+import dataclasses
+
+import pytest
+import torch
+from conftest import rel_err
+from test_ordinary import hf_model
+
+import kogc
+from kogc.fp8 import fake_quantize_module
+from kogc.frontend import decode_step, to_ir
+from kogc.ir.executor import execute, new_state
+from kogc.ir.graph import Op
+from kogc.ir.lanes import LanesError, heads_as_lanes
+from kogc.runtime.kernel import weights_of
+from kogc.settings import INTERPRETER_TILES
+
+pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="CPU interpreter path (GPU covered by test_gpu)")
+transformers = pytest.importorskip("transformers")
+ONE_SPLIT = dataclasses.replace(INTERPRETER_TILES, attn_splits=1)
+WIDE = dict(num_attention_heads=8, num_key_value_heads=4, hidden_size=128, intermediate_size=192)
+
+
+def check_ranks(model, gpus, steps=3, weights="model"):
+    """The ranks' gathered logits and token against eager's and the IR's of the G-lane graph at each step."""
+    ck = kogc.compile(decode_step(model, max_len=16), gpus=gpus, tile_config=ONE_SPLIT, weights=weights)
+    step = decode_step(model, max_len=16)
+    graph = heads_as_lanes(to_ir(step), gpus)
+    if weights == "fp8":
+        fake_quantize_module(step, graph)
+    refs, state = weights_of(step, graph), new_state(graph)
+    for pos, tok in enumerate(torch.randint(0, 300, (steps,), generator=torch.Generator().manual_seed(gpus)).tolist()):
+        with torch.no_grad():
+            want, want_next = step(torch.tensor(tok), torch.tensor(pos))
+        (ir, ir_next), _ = execute(graph, refs, state, [tok, pos])
+        logits, nxt = ck.step(tok, pos)
+        assert rel_err(ir, want) < 1e-5 and rel_err(logits, want) < 1e-5, pos
+        assert nxt == int(want_next) == int(ir_next)
+    return ck, graph
+
+
+@pytest.mark.parametrize("cls,gpus,cfg", [
+    ("LlamaForCausalLM", 4, {}),                                # one KV head and its 2 query heads a GPU
+    ("Qwen2ForCausalLM", 2, {}),                                # Q, K and V biased: each GPU its rows' bias
+    ("Qwen3ForCausalLM", 2, dict(head_dim=16)),                 # q and k normed per head: the scale per head
+])
+def test_ordinary_decoders_over_gpus_equal_eager(cls, gpus, cfg):
+    ck, graph = check_ranks(hf_model(cls, **WIDE, **cfg), gpus)
+    assert graph.meta["num_lanes"] == gpus and ck.ranks == gpus
+    sums = [n for n in graph.nodes if n.op is Op.LANE_SUM]
+    assert len(sums) == 2 * 2          # after attention and after the MLP, in each of 2 layers
+
+
+def test_fp8_weights_over_gpus():
+    # each GPU's column slices quantized per row of its own tiles; the references run the same quantized weights
+    check_ranks(hf_model("LlamaForCausalLM", **WIDE), 2, steps=2, weights="fp8")
+
+
+def test_generation_over_gpus_equals_transformers():
+    # (2 GPUs of a Llama: the prompt's steps and the generated ones in one launch per rank)
+    model = hf_model("LlamaForCausalLM", **WIDE)
+    ck = kogc.compile(decode_step(model, max_len=16), gpus=2, tile_config=ONE_SPLIT)
+    prompt = torch.tensor([[5, 9]])
+    want = model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=3, do_sample=False)
+    assert ck.generate([5, 9], 3) == want[0, 2:].tolist()
+
+
+def test_lane_views():
+    from kogc.ir.views import derive_step
+    w = torch.arange(24.0).reshape(4, 6)
+    assert derive_step(w, ("lanes", 2))[1].tolist() == w[2:].tolist()
+    assert derive_step(w, ("lane_cols", 2))[1].tolist() == w[:, 3:].tolist()
+    cache = torch.arange(2 * 4 * 3.0).reshape(1, 2, 4, 3)
+    assert derive_step(cache, ("lane_heads", 2))[1].tolist() == cache[0, 1:].tolist()
+
+
+@pytest.mark.parametrize("cls,cfg,needle", [
+    ("LlamaForCausalLM", dict(num_key_value_heads=3), "2 GPUs do not divide the 3 KV heads"),
+    ("Starcoder2ForCausalLM", {}, "output with a bias is not cut over GPUs"),
+    ("Olmo2ForCausalLM", {}, "a norm of a projection's whole output"),             # q and k normed over all heads
+    ("Gemma3ForCausalLM", dict(config_name="Gemma3TextConfig", head_dim=16), "a norm of a projection's whole output"),
+])
+def test_what_is_not_cut_over_gpus_is_one_line(cls, cfg, needle):
+    graph = to_ir(decode_step(hf_model(cls, **cfg), max_len=16))
+    with pytest.raises(LanesError) as e:
+        heads_as_lanes(graph, 2)
+    assert needle in str(e.value) and "--gpus 2" in str(e.value) and len(str(e.value).splitlines()) == 1
+
+
+def test_parallel_blocks_are_refused():
+    from test_layer_norm_families import family
+    model = family("gpt_neox")
+    for layer in model.gpt_neox.layers:          # (without biases, the two partial sums meet in one add)
+        layer.attention.dense.bias = None
+        layer.mlp.dense_4h_to_h.bias = None
+    with pytest.raises(LanesError, match="two partial sums added"):
+        heads_as_lanes(to_ir(decode_step(model, max_len=16)), 2)
