@@ -142,14 +142,13 @@ def weight_format(weights, module: torch.nn.Module) -> tuple[str, dict]:
 
 def _compile_ranked(module, target, device, interpret, tile_config, num_programs, profile, num_warps, max_registers,
                     gpus, one_gpu, weights="model", prequantized=None):
-    from .ir.lanes import heads_as_lanes
     from .ir.shard import check_shardable
     from .runtime.ranks import RankedKernel
     from .scheduler.ranks import build_rank_schedules
     tgt = get_target(target)
     if interpret is None:
         interpret = not runs_here(tgt)
-    graph = heads_as_lanes(to_ir(module), gpus)     # (an ordinary decoder: its heads and MLP cut into G lanes)
+    graph = to_ir(module, gpus=gpus)     # (an ordinary decoder: its heads and MLP width cut into G lanes)
     check_shardable(graph, gpus)
     if not interpret:
         from .runtime import distributed

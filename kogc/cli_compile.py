@@ -41,7 +41,7 @@ def _compile(args) -> int:
     total = 2 if args.emit in ("ir", "ir-json") else (5 + args.per_variant if args.out else 3)
     overrides = model_overrides(args)
     model = build_for_tracing(args.model_file, preset=args.config, checkpoint=args.checkpoint, **overrides)
-    graph = to_ir(model)
+    graph = to_ir(model, gpus=args.gpus)
     graph.meta["target"] = target.name
     print_progress(1, total, f"traced {args.model_file}", t0)
     if args.emit in ("ir", "ir-json"):

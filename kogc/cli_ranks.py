@@ -64,7 +64,7 @@ def start_ranks(args):
     from .ir.shard import check_shardable
     model = build_for_tracing(args.model_file, preset=None if args.checkpoint else args.config,
                               checkpoint=args.checkpoint, **({"num_lanes": args.lanes} if args.lanes else {}))
-    check_shardable(to_ir(model), args.gpus)
+    check_shardable(to_ir(model, gpus=args.gpus), args.gpus)
     distributed.check_gpus(args.gpus)
     return distributed.relaunch(args.gpus, args.argv)
 

@@ -42,7 +42,8 @@ def check_ranks(model, gpus, steps=3, weights="model"):
 
 
 @pytest.mark.parametrize("cls,gpus,cfg", [
-    ("LlamaForCausalLM", 4, {}),                                # one KV head and its 2 query heads a GPU
+    # one KV head and its 2 query heads a GPU; the LM head tied to the embedding, cut into vocabulary shards
+    ("LlamaForCausalLM", 4, dict(tie_word_embeddings=True)),
     ("Qwen2ForCausalLM", 2, {}),                                # Q, K and V biased: each GPU its rows' bias
     ("Qwen3ForCausalLM", 2, dict(head_dim=16)),                 # q and k normed per head: the scale per head
 ])
@@ -97,3 +98,14 @@ def test_parallel_blocks_are_refused():
         layer.mlp.dense_4h_to_h.bias = None
     with pytest.raises(LanesError, match="two partial sums added"):
         heads_as_lanes(to_ir(decode_step(model, max_len=16)), 2)
+
+
+def test_tp_baseline_takes_the_decoders_shapes():
+    # `kogc bench --gpus G`'s TP=G stack for an ordinary decoder: its sizes from its fused ops; rank 1 of 2's step
+    from kogc.bench.handwritten import shapes_of_model, step_fn
+    shapes = shapes_of_model(decode_step(hf_model("LlamaForCausalLM", **WIDE), max_len=16))
+    assert (shapes.hidden, shapes.heads, shapes.kv_heads, shapes.head_dim, shapes.ffn) == (128, 8, 4, 16, 192)
+    sums = []
+    step, _ = step_fn(shapes, 8, "cpu", world=2, rank=1, all_reduce=lambda t, op="sum": sums.append(op),
+                      dtype=torch.float32)
+    assert torch.isfinite(step()).all() and sums == ["sum"] * 2 * shapes.layers + ["max"]

@@ -255,7 +255,7 @@ def test_tp_baseline_runs_in_a_one_rank_group(monkeypatch):
     monkeypatch.setenv("MASTER_PORT", "29561")
     dist.init_process_group("nccl", rank=0, world_size=1)
     try:
-        run, nbytes = tp_graph_step(tiny().config, 16, "cuda")
+        run, nbytes = tp_graph_step(tiny(), 16, "cuda")
         for i in range(3):
             run(i)
         torch.cuda.synchronize()

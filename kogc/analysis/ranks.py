@@ -29,7 +29,8 @@ def schedules_for(graph, G: int, target, cfg) -> list:
     """The schedules a step on G GPUs runs: one GPU's, or each rank's."""
     if G == 1:
         return [build_schedule(graph, target, tile_config=cfg)]
-    return build_rank_schedules(graph, G, target, tile_config=cfg)
+    from ..ir.lanes import heads_as_lanes
+    return build_rank_schedules(heads_as_lanes(graph, G), G, target, tile_config=cfg)   # (an ordinary decoder cut)
 
 
 def predict(graph, target, cfg, gpus: list[int], params: StreamParams, remote_us: float,

@@ -69,6 +69,19 @@ def shapes_of(schedule) -> Shapes:
                   pos_embed=any(op.p.get("pos_table") for op in emb))
 
 
+def shapes_of_model(model) -> Shapes:
+    """A model's sizes: a Laneformer's from its config, any other decoder's from its fused ops (kogc.scheduler.fuse
+    of its IR, without a schedule)."""
+    from types import SimpleNamespace
+
+    from ..frontend import to_ir
+    from ..scheduler.fuse import fuse
+    cfg = getattr(model, "config", None)
+    if cfg is not None and hasattr(cfg, "kv_heads"):
+        return shapes_of_config(cfg)
+    return shapes_of(SimpleNamespace(ops=fuse(to_ir(model))))
+
+
 def shapes_of_config(cfg) -> Shapes:
     """From a Laneformer config (hidden_size, num_hidden_layers, num_attention_heads, kv_heads,
     intermediate_size, vocab_size)."""

@@ -161,7 +161,7 @@ def _tp_row(model, gpus: int, context: int, steps: int, reps: int, seed: int, sa
     from .tp import tp_graph_step
     say(f"timing the TP={gpus} stack (NCCL all-reduce, one CUDA graph)")
     try:
-        run, _ = tp_graph_step(model.config, context, "cuda", seed)
+        run, _ = tp_graph_step(model, context, "cuda", seed)
         return Row(name, time_steps(run, steps, reps, "cuda"), extra=extra)
     except Exception as e:           # reported, not fatal
         return Row(name, [], error=f"{type(e).__name__}: {str(e)[:200]}")

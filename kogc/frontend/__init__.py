@@ -44,16 +44,21 @@ def export_step(module: torch.nn.Module):
         raise FrontendError(f"cannot capture {name}.forward(token, pos) with torch.export: {msg} at {where}") from None
 
 
-def to_ir(module: torch.nn.Module, passes: bool = True) -> Graph:
+def to_ir(module: torch.nn.Module, passes: bool = True, gpus: int = 1) -> Graph:
     """Capture `module` (one decode step: forward(token, pos) -> (logits, next token); a transformers
-    model is wrapped first: kogc.frontend.hf) and lower it to verified IR."""
+    model is wrapped first: kogc.frontend.hf) and lower it to verified IR. gpus > 1: an ordinary (one-lane)
+    decoder is cut into that many lanes, to be spread over the GPUs (kogc.ir.lanes)."""
     module = decode_step(module)
     if written_for_kogc(module):
         graph = lower(trace(module))
     else:
         from .aten import AtenLowering
         graph, _ = AtenLowering(export_step(module), type(module).__name__).run()
-    return run_passes(graph) if passes else run_passes(graph, ())
+    graph = run_passes(graph) if passes else run_passes(graph, ())
+    if gpus > 1:
+        from ..ir.lanes import heads_as_lanes
+        graph = heads_as_lanes(graph, gpus)
+    return graph
 
 
 __all__ = ["to_ir", "trace", "lower", "FrontendError", "decode_step", "is_transformers_model", "export_step"]

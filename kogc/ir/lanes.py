@@ -7,7 +7,8 @@ are the same on every lane ("replicated"); a matvec of a replicated input is cut
 first matrices: each lane's output is its slice, "split"); a matvec of a split input is cut by columns (the
 attention's output projection, the MLP's last matrix: each lane's output is a partial sum, "partial"), and a
 residual add of a partial sum takes the sum over all lanes (LANE_SUM, then BROADCAST_LANES). Weights and the
-KV caches are the model's, seen through view steps (`lanes`, `lane_cols`, `lane_heads`, `tile`; kogc.ir.views).
+KV caches are the model's, seen through view steps (`lanes`, `lane_cols`, `lane_heads`, `tile`; kogc.ir.views); a
+tied LM head reads the embedding's table as a PARAM of its own (`rows 0 V`), which the ranks cut by vocabulary.
 The fp16 partial sums are rounded before they are added, as in any tensor-parallel stack.
 
 Refused with one line: parallel attention and MLP blocks (two partial sums into one add), a biased output
@@ -134,8 +135,21 @@ def heads_as_lanes(graph: Graph, L: int) -> Graph:
         return tuple(shape)
 
     users = graph.users()
+    # a tied LM head (the embedding's table): its own PARAM, which the ranks cut into vocabulary shards
+    argmax = next((n for n in graph.nodes if n.op is Op.ARGMAX), None)
+    head = by[argmax.inputs[0]] if argmax is not None else None
+    tied = head is not None and head.op is Op.MATVEC and any(u.op is Op.EMBED for u in users[head.inputs[0]])
     for n in graph.nodes:
         ins = list(n.inputs)
+        if tied and n.name == head.name:
+            table = by[n.inputs[0]]
+            rows = table.type.shape[0]
+            view = list(table.attrs.get("view", [])) + [["rows", 0, rows]]
+            source = table.attrs.get("source", table.attrs["name"])
+            own = add(Node(f"{table.name}.head", Op.PARAM, (), table.type,
+                           {"name": f"{table.attrs['name']}#rows-0-{rows}", "source": source, "view": view},
+                           table.source, table.scope))
+            ins[0] = own.name
         if n.op is Op.PARAM and kind.get(n.name) == "weight":
             r = weight_role.get(n.name)
             view = [list(s) for s in n.attrs.get("view", []) if s[0] != "lane"]

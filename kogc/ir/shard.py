@@ -38,6 +38,9 @@ def check_shardable(graph: Graph, ranks: int) -> None:
     if not L:
         raise ShardError(f"--gpus {ranks}: the model {graph.meta.get('model', '?')} has no lanes; delayed tensor "
                          f"parallelism spreads a Laneformer's lanes over GPUs")
+    if L == 1:          # (kogc.ir.lanes cuts an ordinary decoder into G lanes where it compiles, checks, runs, benches)
+        raise ShardError(f"--gpus {ranks}: an ordinary decoder's ranks are cut from its heads by `kogc compile`, "
+                         f"`check`, `run` and `bench`; this command takes a model with lanes (a Laneformer)")
     if L % ranks:
         raise ShardError(f"--gpus {ranks} does not divide the model's {L} lanes (each GPU takes L/G lanes)")
     heads = [n for n in graph.nodes if n.op is Op.ARGMAX]
