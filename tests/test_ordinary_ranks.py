@@ -54,6 +54,18 @@ def test_ordinary_decoders_over_gpus_equal_eager(cls, gpus, cfg):
     assert len(sums) == 2 * 2          # after attention and after the MLP, in each of 2 layers
 
 
+@pytest.mark.parametrize("name", ["gpt_neox", "gpt2"])
+def test_biased_and_parallel_blocks_over_gpus_equal_eager(name):
+    # GPT-NeoX: attention and MLP in parallel (their partial sums added to h in turn), every layer biased (the
+    # output projections' biases on the first lane alone); GPT-2: Conv1D layers, learned positions, a tied head
+    from test_layer_norm_families import family
+    from test_learned_positions import gpt2
+    wide = dict(hidden_size=128, num_attention_heads=8, intermediate_size=192)
+    model = gpt2(n_embd=128, n_head=8) if name == "gpt2" else family(name, num_key_value_heads=8, **wide)
+    _, graph = check_ranks(model, 2)
+    assert any(n.attrs.get("view", [[None]])[-1][0] == "lane_first" for n in graph.nodes if n.op is Op.PARAM)
+
+
 def test_fp8_weights_over_gpus():
     # each GPU's column slices quantized per row of its own tiles; the references run the same quantized weights
     check_ranks(hf_model("LlamaForCausalLM", **WIDE), 2, steps=2, weights="fp8")
@@ -79,7 +91,6 @@ def test_lane_views():
 
 @pytest.mark.parametrize("cls,cfg,needle", [
     ("LlamaForCausalLM", dict(num_key_value_heads=3), "2 GPUs do not divide the 3 KV heads"),
-    ("Starcoder2ForCausalLM", {}, "output with a bias is not cut over GPUs"),
     ("Olmo2ForCausalLM", {}, "a norm of a projection's whole output"),             # q and k normed over all heads
     ("Gemma3ForCausalLM", dict(config_name="Gemma3TextConfig", head_dim=16), "a norm of a projection's whole output"),
 ])
@@ -90,14 +101,10 @@ def test_what_is_not_cut_over_gpus_is_one_line(cls, cfg, needle):
     assert needle in str(e.value) and "--gpus 2" in str(e.value) and len(str(e.value).splitlines()) == 1
 
 
-def test_parallel_blocks_are_refused():
-    from test_layer_norm_families import family
-    model = family("gpt_neox")
-    for layer in model.gpt_neox.layers:          # (without biases, the two partial sums meet in one add)
-        layer.attention.dense.bias = None
-        layer.mlp.dense_4h_to_h.bias = None
-    with pytest.raises(LanesError, match="two partial sums added"):
-        heads_as_lanes(to_ir(decode_step(model, max_len=16)), 2)
+def test_alibi_is_not_cut_over_gpus():
+    from test_alibi import bloom
+    with pytest.raises(LanesError, match="ALiBi"):
+        heads_as_lanes(to_ir(decode_step(bloom(hidden_size=128, n_head=8), max_len=16)), 2)
 
 
 def test_tp_baseline_takes_the_decoders_shapes():

@@ -11,9 +11,12 @@ KV caches are the model's, seen through view steps (`lanes`, `lane_cols`, `lane_
 tied LM head reads the embedding's table as a PARAM of its own (`rows 0 V`), which the ranks cut by vocabulary.
 The fp16 partial sums are rounded before they are added, as in any tensor-parallel stack.
 
-Refused with one line: parallel attention and MLP blocks (two partial sums into one add), a biased output
-projection or last MLP matrix (its bias would be added once per lane), norms of a partial sum (Gemma 2 and 3's
-sublayer output norms), a norm over all heads at once (OLMo 2's), head or width counts L does not divide."""
+A biased output projection or last MLP matrix keeps its bias on the first lane alone (`lane_first`: added once to
+the lanes' sum); parallel attention and MLP blocks (their partial sums added before the residual: GPT-NeoX's,
+Phi's) add each sum over the lanes to h in turn.
+
+Refused with one line: norms of a partial sum (Gemma 2 and 3's sublayer output norms), a norm over all heads at
+once (OLMo 2's), ALiBi (a slope per query head), KV head or width counts L does not divide."""
 from __future__ import annotations
 
 import dataclasses
@@ -38,7 +41,9 @@ def heads_as_lanes(graph: Graph, L: int) -> Graph:
         return graph
     by = graph.by_name()
     kind: dict[str, str] = {}
-    weight_role: dict[str, str] = {}      # a lane PARAM -> "rows" | "cols"
+    weight_role: dict[str, str] = {}      # a lane PARAM -> "rows" | "cols" | "first" (a bias on lane 0 alone)
+    terms: dict[str, list[str]] = {}      # a partial sum -> the matvecs whose outputs it adds
+    users = graph.users()
 
     def fail(n: Node, why: str):
         raise LanesError(f"--gpus {L}: {why} ({n.name}, {n.source or '?'})")
@@ -73,10 +78,11 @@ def heads_as_lanes(graph: Graph, L: int) -> Graph:
                 for w in n.inputs[:1] + n.inputs[2:]:
                     role(w, "rows", n)
             elif x == SPLIT:
-                if len(n.inputs) == 3:
-                    fail(n, "a linear layer of attention's or the MLP's output with a bias is not cut over GPUs")
                 kind[n.name] = PARTIAL
+                terms[n.name] = [n.name]
                 role(n.inputs[0], "cols", n)
+                if len(n.inputs) == 3:          # its bias on the first lane alone: added once to the lanes' sum
+                    role(n.inputs[2], "first", n)
             else:
                 fail(n, f"a linear layer of a {x} value")
         elif n.op is Op.KV_WRITE:
@@ -111,9 +117,11 @@ def heads_as_lanes(graph: Graph, L: int) -> Graph:
                 kind[n.name] = lane_ins.pop()
             elif lane_ins == {REPLICATED, PARTIAL} and n.op is Op.ADD:
                 kind[n.name] = REPLICATED
+            elif lane_ins == {PARTIAL} and n.op is Op.ADD and all(u.op is Op.ADD for u in users[n.name]):
+                kind[n.name] = PARTIAL          # parallel attention and MLP blocks: their sums added one by one
+                terms[n.name] = terms[n.inputs[0]] + terms[n.inputs[1]]
             else:
-                fail(n, "two partial sums added (parallel attention and MLP blocks) are not cut over GPUs"
-                     if lane_ins == {PARTIAL} else f"{n.op.value} of {' and '.join(sorted(lane_ins))} values")
+                fail(n, f"{n.op.value} of {' and '.join(sorted(lane_ins))} values")
         else:
             fail(n, f"{n.op.value} is not cut over GPUs")
 
@@ -134,7 +142,6 @@ def heads_as_lanes(graph: Graph, L: int) -> Graph:
         shape[axis] //= L
         return tuple(shape)
 
-    users = graph.users()
     # a tied LM head (the embedding's table): its own PARAM, which the ranks cut into vocabulary shards
     argmax = next((n for n in graph.nodes if n.op is Op.ARGMAX), None)
     head = by[argmax.inputs[0]] if argmax is not None else None
@@ -157,6 +164,8 @@ def heads_as_lanes(graph: Graph, L: int) -> Graph:
                 shape, step = cut(n, 0, "the rows of " + n.attrs["name"]), ["lanes", L]
             elif r == "cols":
                 shape, step = cut(n, 1, "the columns of " + n.attrs["name"]), ["lane_cols", L]
+            elif r == "first":
+                shape, step = n.type.shape, ["lane_first", L]
             else:
                 fail(n, "a lane weight that no linear layer reads")
             source = n.attrs.get("source", n.attrs["name"])
@@ -180,12 +189,19 @@ def heads_as_lanes(graph: Graph, L: int) -> Graph:
         if n.op is Op.BROADCAST_LANES:
             add(dataclasses.replace(n, attrs={**n.attrs, "lanes": L}))
             continue
+        if kind.get(n.name) == PARTIAL and n.op is Op.ADD:
+            continue                            # two blocks' partial sums: added to h one by one, below
         if kind.get(n.name) == REPLICATED and n.op is Op.ADD and PARTIAL in (kind.get(i) for i in n.inputs):
-            # h + (the sum over all lanes of a partial sum): every lane gets the same
+            # h + (the sum over all lanes of each partial sum): every lane gets the same
             part = next(i for i in n.inputs if kind.get(i) == PARTIAL)
-            total = add(Node(f"{part}.lanes_sum", Op.LANE_SUM, (part,), None, {}, n.source, n.scope))
-            every = add(Node(f"{part}.all_lanes", Op.BROADCAST_LANES, (total.name,), None, {"lanes": L}, n.source,
-                             n.scope))
-            ins = [every.name if i == part else i for i in ins]
+            h = next(i for i in n.inputs if i != part)
+            for j, term in enumerate(terms[part]):
+                total = add(Node(f"{term}.lanes_sum", Op.LANE_SUM, (term,), None, {}, n.source, n.scope))
+                every = add(Node(f"{term}.all_lanes", Op.BROADCAST_LANES, (total.name,), None, {"lanes": L},
+                                 n.source, n.scope))
+                last = j == len(terms[part]) - 1
+                h = add(Node(n.name if last else f"{n.name}.{j}", Op.ADD, (h, every.name), None, {}, n.source,
+                             n.scope)).name
+            continue
         add(dataclasses.replace(n, inputs=tuple(ins)))
     return verify(Graph(out, {**graph.meta, "num_lanes": L, "lanes_from": "heads"}), f"heads as {L} lanes")

@@ -39,6 +39,8 @@ def derive_step(t: torch.Tensor, step) -> torch.Tensor:
         return t.reshape(step[1], t.shape[0] // step[1], *t.shape[1:])
     if kind == "lane_cols":     # columns cut into step[1] lanes, [L, N, K / L] (the output projection, the MLP's last)
         return t.reshape(t.shape[0], step[1], t.shape[1] // step[1]).transpose(0, 1).contiguous()
+    if kind == "lane_first":    # a bias on the first of step[1] lanes, 0 on the others (added once to their sum)
+        return torch.cat((t[None], torch.zeros((step[1] - 1,) + tuple(t.shape), dtype=t.dtype)))
     if kind == "lane_heads":    # a KV cache [1, kv, S, hd] as step[1] lanes of kv / L heads
         return t.reshape(step[1], t.shape[1] // step[1], *t.shape[2:])
     if kind == "scale":         # a constant folded into a weight (kogc.frontend.aten.scale_param), in fp32
