@@ -44,11 +44,12 @@ def check_ranks(model, gpus, steps=3, weights="model"):
 @pytest.mark.parametrize("cls,gpus,cfg", [
     # one KV head and its 2 query heads a GPU; the LM head tied to the embedding, cut into vocabulary shards
     ("LlamaForCausalLM", 4, dict(tie_word_embeddings=True)),
-    ("Qwen2ForCausalLM", 2, {}),                                # Q, K and V biased: each GPU its rows' bias
+    # Q, K and V biased (each GPU its rows' bias), a width of 96 (the final norm's exchange in 128 lanes)
+    ("Qwen2ForCausalLM", 2, dict(num_attention_heads=6, num_key_value_heads=2, hidden_size=96, intermediate_size=160)),
     ("Qwen3ForCausalLM", 2, dict(head_dim=16)),                 # q and k normed per head: the scale per head
 ])
 def test_ordinary_decoders_over_gpus_equal_eager(cls, gpus, cfg):
-    ck, graph = check_ranks(hf_model(cls, **WIDE, **cfg), gpus)
+    ck, graph = check_ranks(hf_model(cls, **{**WIDE, **cfg}), gpus)
     assert graph.meta["num_lanes"] == gpus and ck.ranks == gpus
     sums = [n for n in graph.nodes if n.op is Op.LANE_SUM]
     assert len(sums) == 2 * 2          # after attention and after the MLP, in each of 2 layers

@@ -184,8 +184,6 @@ def tile_rank(graph: Graph, ops: list[FusedOp], cfg: TileConfig) -> tuple[list[T
         elif op.kind == "final_norm":
             h = by[p["h"]]
             d, L, g_lanes = h.type.shape[0], h.type.lanes, lanes_of_value(p["g"])
-            if npeer:       # the exchange moves whole power-of-two vectors
-                _pow2(d, "hidden size (with several GPUs)", op)
             val(p["out"])
             args = _args({A_H: lay.at(p["h"], 0), A_TERM_STRIDE: d, A_X2: lay.at(p["g"], 0),
                           A_ROW0: d if g_lanes else 0, A_OUT: lay.at(p["out"], -1), A_EPS: f32_bits(p["eps"])})
@@ -201,19 +199,20 @@ def tile_rank(graph: Graph, ops: list[FusedOp], cfg: TileConfig) -> tuple[list[T
                 new(variant, op, -1, args, reads, [lay.region(p["out"], -1, 0, d)], cost=d * es * (L + 1))
             else:
                 # this rank's lanes' sum (fp32) kept here and stored into every peer's buffer; then the
-                # mean over all lanes from it and the peers' sums
+                # mean over all lanes from it and the peers' sums (whole vectors of next_pow2(d), the rest 0)
+                dp = next_pow2(d)
                 part = f"{p['out']}.partial"
-                lay.alloc(part, "f32", d, 0)
-                x = recv_slot(p["out"], d, op)
+                lay.alloc(part, "f32", dp, 0)
+                x = recv_slot(p["out"], dp, op)
                 recv = x.recv
                 args[A_OUT], args[A_RECV] = lay.at(part, -1), lay.at(recv, -1)
-                new(variant + ("send",), op, -1, args, reads, [lay.region(part, -1, 0, d)],
+                new(variant + ("send",), op, -1, args, reads, [lay.region(part, -1, 0, dp)],
                     cost=d * es * L + 4 * d * (npeer + 1))
                 x.sends.append(tasks[-1].id)
                 cop = FusedOp("combine", f"{op.node}.combine", 0, {}, op.source, op.layer)
                 args = _args({A_X: lay.at(part, -1), A_RECV: lay.at(recv, -1), A_OUT: lay.at(p["out"], -1)})
                 new(("combine", d, by[p["h"]].type.lanes * (npeer + 1)), cop, -1, args,
-                    [lay.region(part, -1, 0, d), lay.region(recv, -1, 0, 2 * npeer * d)],
+                    [lay.region(part, -1, 0, dp), lay.region(recv, -1, 0, 2 * npeer * dp)],
                     [lay.region(p["out"], -1, 0, d)], cost=4 * d * (npeer + 1) + d * es)
         elif op.kind == "argmax":
             # the token from the LM head's keys; the logits (read by top-k / top-p sampling, in blocks)
