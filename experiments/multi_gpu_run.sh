@@ -10,14 +10,17 @@
 #                                                  # ranks' waits on their peers from a profiled step
 #   bash experiments/multi_gpu_run.sh G fp8        # the same with FP8 weights for laneformer-2b: checked against
 #                                                  # eager and the one-GPU FP8 kernel, then timed
+#   bash experiments/multi_gpu_run.sh G ordinary   # an ordinary decoder cut into G lanes (tensor parallelism):
+#                                                  # Llama-3.2-1B's shapes checked, then benched with the one-GPU
+#                                                  # kernel and the TP=G stack
 #
 # Each command runs under its own time limit (a step that runs over leaves the others their time) and writes
 # NAME.log (with its exit code) and NAME.json under OUT; OUT/commands.txt lists what ran. On the CPU
 # afterwards: kogc predict --config laneformer-2b --gpus G --remote-us <the probe's 8 KB median> against the
 # bench's row (the speed model, docs/multi-gpu.md).
 set -u
-G=${1:?usage: multi_gpu_run.sh G correct|speed|fp8}
-PHASE=${2:?usage: multi_gpu_run.sh G correct|speed|fp8}
+G=${1:?usage: multi_gpu_run.sh G correct|speed|fp8|ordinary}
+PHASE=${2:?usage: multi_gpu_run.sh G correct|speed|fp8|ordinary}
 : "${OUT:?set OUT to the folder the results go to}"
 export PYTHONPATH=${PYTHONPATH:-$PWD} CUDA_MODULE_LOADING=EAGER PYTHONUNBUFFERED=1
 
@@ -54,8 +57,14 @@ fp8)
     step bench-2b-fp8-g$G 300 python3 -m kogc bench --config laneformer-2b --gpus "$G" --weights fp8 --context 1024 \
         --steps 100 --reps 5 --json "$OUT/bench-2b-fp8-g$G.json"
     ;;
+ordinary)
+    step check-llama-1b-g$G 240 python3 -m kogc check examples/llama.py --config llama-3.2-1b --max-len 2048 \
+        --gpus "$G" --steps 128 --generate 256 --json "$OUT/check-llama-1b-g$G.json"
+    step bench-llama-1b-g$G 300 python3 -m kogc bench examples/llama.py --config llama-3.2-1b --max-len 2048 \
+        --gpus "$G" --context 1024 --steps 100 --reps 5 --json "$OUT/bench-llama-1b-g$G.json"
+    ;;
 *)
-    echo "phase must be correct, speed or fp8, not $PHASE" >&2
+    echo "phase must be correct, speed, fp8 or ordinary, not $PHASE" >&2
     exit 2
     ;;
 esac
