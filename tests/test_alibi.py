@@ -1,7 +1,7 @@
 """Decoders with ALiBi instead of RoPE (BLOOM, MPT): a slope per query head times the key position added to the
 scores, found in the constant the model adds (BLOOM's through `baddbmm`, rounded to the model's dtype; MPT's in
 fp32); BLOOM's LayerNorm of the embedding, formed by the embedding task, and its GELU written out with products
-of x. Eager, the IR and the kernel under Triton's interpreter agree in fp32 within 1e-5."""
+of x. Eager, the IR and the kernel under Triton's interpreter agree in fp32 within 1e-5 (the kernel at step 4)."""
 import pytest
 import torch
 import torch.nn.functional as F
@@ -33,7 +33,7 @@ def mpt(**cfg):
 
 @pytest.mark.parametrize("make", [bloom, mpt], ids=["bloom", "mpt"])
 def test_alibi_models_equal_eager(make):
-    ck = assert_equals_eager(make(), kernel_at=(0, 5), steps=6)
+    ck = assert_equals_eager(make(), kernel_at=(4,), steps=5)
     (att,) = {n.attrs["alibi"]["at"] for n in ck.ir.nodes if n.op is Op.ATTENTION}
     # 6 heads: the slopes of 4 heads (2^-2, 2^-4, ...), then of 8 heads' odd ones (BLOOM's and MPT's forms agree)
     slopes = [n.attrs["alibi"]["slopes"] for n in ck.ir.nodes if n.op is Op.ATTENTION][0]

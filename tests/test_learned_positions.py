@@ -41,7 +41,7 @@ def gpt_bigcode(**cfg):
 
 @pytest.mark.parametrize("make", [gpt2, opt, gpt_bigcode], ids=["gpt2", "opt", "gpt_bigcode"])
 def test_learned_positions_equal_eager(make):
-    ck = assert_equals_eager(make(), kernel_at=(0, 5), steps=6)
+    ck = assert_equals_eager(make(), kernel_at=(4,), steps=5)
     variants = ck.schedule.variants
     assert [v for v in variants if v[0] == "embed"] == [("embed", 96, "pos")]
     act = "relu_store" if make is opt else "gelu_tanh_store"     # (gelu_new and gelu_pytorch_tanh)
