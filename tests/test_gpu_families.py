@@ -1,82 +1,48 @@
 """GPU tests of the decoder families beyond Llama's form (LayerNorm, learned positions, ALiBi, heads that are no
-power of two): random fp16 weights of each family's config, checked as `kogc check --model-dir` checks a model
-(experiments/gpu_tests.sh 3)."""
+power of two), and an ordinary decoder over two ranks: random fp16 weights of each family's config, checked as
+`kogc check --model-dir` checks a model (experiments/gpu_tests.sh 3)."""
 import pytest
 from test_gpu import check_random_transformers_model
 
-
-@pytest.mark.gpu
-def test_gpt_neox_on_the_gpu(tmp_path):
-    # GPT-NeoX (4 layers, a width of 1024, 8 heads of 128): LayerNorm (random weights and biases), the fused QKV
-    # per head, RoPE on a quarter of each head, attention and a GELU MLP in parallel, every layer biased
-    check_random_transformers_model(tmp_path, "GPTNeoXForCausalLM", "GPTNeoXConfig", 1.0, vocab_size=32000,
-                                    hidden_size=1024, intermediate_size=4096, num_hidden_layers=4, num_attention_heads=8,
-                                    rotary_pct=0.25, max_position_embeddings=4096)
-
-
-@pytest.mark.gpu
-def test_phi_on_the_gpu(tmp_path):
-    # Phi (4 layers, a width of 1024, 16 heads of 64): one LayerNorm for both parallel sublayers, RoPE on half of
-    # each head, gelu_new written out, a biased LM head
-    check_random_transformers_model(tmp_path, "PhiForCausalLM", "PhiConfig", 1.0, vocab_size=32000,
-                                    hidden_size=1024, intermediate_size=4096, num_hidden_layers=4, num_attention_heads=16,
-                                    partial_rotary_factor=0.5, max_position_embeddings=4096)
-
-
-@pytest.mark.gpu
-def test_gpt2_on_the_gpu(tmp_path):
-    # GPT-2 (4 layers, a width of 1024, 16 heads of 64): a learned position embedding added in the embedding task,
-    # Conv1D layers (weights stored [in, out]), gelu_new written out, no RoPE
-    check_random_transformers_model(tmp_path, "GPT2LMHeadModel", "GPT2Config", 1.0, vocab_size=32000, n_embd=1024,
-                                    n_layer=4, n_head=16, n_positions=1024, bos_token_id=0, eos_token_id=0)
-
-
-@pytest.mark.gpu
-def test_opt_on_the_gpu(tmp_path):
-    # OPT (4 layers, a width of 1024, 16 heads of 64): position p at row p + 2 of its table, a ReLU MLP
-    check_random_transformers_model(tmp_path, "OPTForCausalLM", "OPTConfig", 1.0, vocab_size=32000, hidden_size=1024,
-                                    ffn_dim=4096, num_hidden_layers=4, num_attention_heads=16, word_embed_proj_dim=1024,
-                                    max_position_embeddings=2048, pad_token_id=1)
-
-
-@pytest.mark.gpu
-def test_falcon_on_the_gpu(tmp_path):
-    # Falcon's new architecture (4 layers, a width of 1024, 8 heads of 128 over 2 KV heads): the fused QKV grouped
-    # per KV head, taken apart by slice and select; two norms for the parallel sublayers
-    check_random_transformers_model(tmp_path, "FalconForCausalLM", "FalconConfig", 1.0, vocab_size=32000,
-                                    hidden_size=1024, num_hidden_layers=4, num_attention_heads=8, num_kv_heads=2,
-                                    new_decoder_architecture=True, max_position_embeddings=2048)
+V = dict(vocab_size=32000)
+FAMILIES = {   # (model class, config class, the config: 4 layers each)
+    # LayerNorm (random weights and biases), the fused QKV per head, RoPE on a quarter of each head, attention and
+    # a GELU MLP in parallel, every layer biased; a width of 1024, 8 heads of 128
+    "gpt_neox": ("GPTNeoXForCausalLM", "GPTNeoXConfig", dict(hidden_size=1024, intermediate_size=4096,
+                 num_hidden_layers=4, num_attention_heads=8, rotary_pct=0.25, max_position_embeddings=4096)),
+    # one LayerNorm for both parallel sublayers, RoPE on half of each head, gelu_new written out, a biased LM head
+    "phi": ("PhiForCausalLM", "PhiConfig", dict(hidden_size=1024, intermediate_size=4096, num_hidden_layers=4,
+            num_attention_heads=16, partial_rotary_factor=0.5, max_position_embeddings=4096)),
+    # Phi-2's heads of 80: attention over 80 dims in 128 lanes, RoPE on 32
+    "phi2_heads_of_80": ("PhiForCausalLM", "PhiConfig", dict(hidden_size=1280, intermediate_size=5120,
+                         num_hidden_layers=4, num_attention_heads=16, partial_rotary_factor=0.4,
+                         max_position_embeddings=2048)),
+    # a learned position embedding added in the embedding task, Conv1D layers, gelu_new written out, no RoPE
+    "gpt2": ("GPT2LMHeadModel", "GPT2Config", dict(n_embd=1024, n_layer=4, n_head=16, n_positions=1024, bos_token_id=0,
+             eos_token_id=0)),
+    # position p at row p + 2 of its table, a ReLU MLP
+    "opt": ("OPTForCausalLM", "OPTConfig", dict(hidden_size=1024, ffn_dim=4096, num_hidden_layers=4,
+            num_attention_heads=16, word_embed_proj_dim=1024, max_position_embeddings=2048, pad_token_id=1)),
+    # the new architecture: the fused QKV grouped per KV head, taken apart by slice and select; two norms
+    "falcon": ("FalconForCausalLM", "FalconConfig", dict(hidden_size=1024, num_hidden_layers=4, num_attention_heads=8,
+               num_kv_heads=2, new_decoder_architecture=True, max_position_embeddings=2048)),
+    # its LayerNorm written out, without a bias (zeros in the kernel), parallel sublayers, scaled logits
+    "cohere": ("CohereForCausalLM", "CohereConfig", dict(hidden_size=1024, intermediate_size=4096, num_hidden_layers=4,
+               num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=2048, pad_token_id=0,
+               bos_token_id=1, eos_token_id=2)),
+    # ALiBi rounded to fp16 as the model rounds it, the embedding's LayerNorm in the embedding task
+    "bloom": ("BloomForCausalLM", "BloomConfig", dict(hidden_size=1024, n_layer=4, n_head=16)),
+    # ALiBi in fp32, LayerNorms without a bias
+    "mpt": ("MptForCausalLM", "MptConfig", dict(d_model=1024, n_layers=4, n_heads=8, max_seq_len=2048,
+            expansion_ratio=4, no_bias=True)),
+}
 
 
 @pytest.mark.gpu
-def test_phi2_heads_of_80_on_the_gpu(tmp_path):
-    # Phi-2's heads of 80 (4 layers, a width of 1280, 16 heads): attention over 80 dims in 128 lanes, RoPE on 32
-    check_random_transformers_model(tmp_path, "PhiForCausalLM", "PhiConfig", 1.0, vocab_size=32000,
-                                    hidden_size=1280, intermediate_size=5120, num_hidden_layers=4, num_attention_heads=16,
-                                    partial_rotary_factor=0.4, max_position_embeddings=2048)
-
-
-@pytest.mark.gpu
-def test_cohere_on_the_gpu(tmp_path):
-    # Cohere (4 layers, a width of 1024, 8 heads of 128 over 2 KV heads): its LayerNorm written out, without a
-    # bias (zeros in the kernel), parallel sublayers, scaled logits
-    check_random_transformers_model(tmp_path, "CohereForCausalLM", "CohereConfig", 1.0, vocab_size=32000,
-                                    hidden_size=1024, intermediate_size=4096, num_hidden_layers=4, num_attention_heads=8,
-                                    num_key_value_heads=2, max_position_embeddings=2048, pad_token_id=0, bos_token_id=1,
-                                    eos_token_id=2)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("cls,config,cfg", [
-    # BLOOM (4 layers, a width of 1024, 16 heads of 64): ALiBi rounded to fp16 as the model rounds it, the
-    # embedding's LayerNorm in the embedding task, its GELU written out
-    ("BloomForCausalLM", "BloomConfig", dict(vocab_size=32000, hidden_size=1024, n_layer=4, n_head=16)),
-    # MPT (4 layers, a width of 1024, 8 heads of 128): ALiBi in fp32, LayerNorms without a bias
-    ("MptForCausalLM", "MptConfig", dict(vocab_size=32000, d_model=1024, n_layers=4, n_heads=8, max_seq_len=2048,
-                                         expansion_ratio=4, no_bias=True)),
-])
-def test_alibi_on_the_gpu(tmp_path, cls, config, cfg):
-    check_random_transformers_model(tmp_path, cls, config, 1.0, **cfg)
+@pytest.mark.parametrize("name", list(FAMILIES))
+def test_family_on_the_gpu(tmp_path, name):
+    cls, config, cfg = FAMILIES[name]
+    check_random_transformers_model(tmp_path, cls, config, 1.0, **V, **cfg)
 
 
 @pytest.mark.gpu

@@ -6,7 +6,6 @@ partial rotary embeddings, GPT-NeoX's fused QKV interleaved per head, parallel a
 agree in fp32 within 1e-5."""
 import pytest
 import torch
-from conftest import rel_err
 from test_ordinary import assert_equals_eager, assert_fp8_kernel_equals_its_weights, hf_model
 
 import kogc
@@ -223,25 +222,12 @@ def test_layer_norm_read_by_a_residual_add_is_one_line():
 
 def test_heads_of_80_on_tensor_cores_in_fp16():
     # fp16 takes attention's tl.dot form: q, keys and values of 80 dims in 128 lanes, the extra ones 0 (fp32
-    # takes the exact broadcast form, in test_more_layer_norm_families_equal_eager); the kernel against the IR
-    from kogc.ir import execute
-    from kogc.ir.executor import new_state
-    from kogc.runtime.kernel import fill_kv_from, weights_of
+    # takes the exact broadcast form, in test_more_layer_norm_families_equal_eager)
+    from test_ordinary import assert_fp16_kernel_follows_the_ir
     torch.manual_seed(0)
     model = with_random_affine(MORE["phi_heads_of_80"](transformers).eval().requires_grad_(False)).half()
-    step = kogc.frontend.decode_step(model)
-    ck = kogc.compile(step)
+    ck = assert_fp16_kernel_follows_the_ir(model)
     assert [v[2] for v in ck.schedule.variants if v[0] == "attention" and v[6] == "dot"] == [80]
-    weights, state = weights_of(step, ck.ir), new_state(ck.ir)
-    for pos, tok in enumerate(torch.randint(0, 300, (18,), generator=torch.Generator().manual_seed(1)).tolist()):
-        (want, want_next), _ = execute(ck.ir, weights, state, [tok, pos])
-        with torch.no_grad():
-            step(torch.tensor(tok), torch.tensor(pos))
-        if pos in (0, 17):       # (17: two blocks of 16 positions in a split)
-            if pos:
-                fill_kv_from(ck, step)
-            logits, nxt = ck.step(tok, pos)
-            assert rel_err(logits.float(), want.float()) < 2e-3 and nxt == int(want_next)
 
 
 def test_means_that_make_no_layer_norm_are_one_line():

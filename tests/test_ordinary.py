@@ -105,17 +105,14 @@ def test_one_kv_head():
     assert_equals_eager(tiny_llama(seed=3, n_kv_heads=1), kernel_at=(1,), steps=3)
 
 
-def test_large_query_group_on_tensor_cores_in_fp16():
-    # 24 query heads on one KV head: tl.dot over 32 rows (the broadcast form spilled 21 KB for Falcon-7B's 71);
-    # the fp16 kernel against the IR at steps 0 and 19 (two blocks of 16 positions in a split)
+def assert_fp16_kernel_follows_the_ir(model, max_len=None):
+    """A 16-bit model's kernel (attention's tl.dot form) against the IR at steps 0 and 19 (the steps between run
+    eager and the IR only; two blocks of 16 positions in a split at 19), within 2e-3. Returns the kernel."""
     from kogc.ir import execute
     from kogc.ir.executor import new_state
     from kogc.runtime.kernel import fill_kv_from, weights_of
-    model = hf_model("LlamaForCausalLM", hidden_size=384, num_attention_heads=24, num_key_value_heads=1,
-                     num_hidden_layers=1).half()
-    step = kogc.frontend.decode_step(model)
+    step = kogc.frontend.decode_step(model, max_len=max_len)
     ck = kogc.compile(step)
-    assert [(v[1], v[6]) for v in ck.schedule.variants if v[0] == "attention"] == [(24, "dot")]
     weights, state = weights_of(step, ck.ir), new_state(ck.ir)
     for pos in range(20):
         tok = pos * 37 % 300
@@ -126,7 +123,15 @@ def test_large_query_group_on_tensor_cores_in_fp16():
             if pos:
                 fill_kv_from(ck, step)
             logits, nxt = ck.step(tok, pos)
-            assert rel_err(logits.float(), want.float()) < 2e-3 and nxt == int(want_next)
+            assert rel_err(logits.float(), want.float()) < 2e-3 and nxt == int(want_next), pos
+    return ck
+
+
+def test_large_query_group_on_tensor_cores_in_fp16():
+    # 24 query heads on one KV head: tl.dot over 32 rows (the broadcast form spilled 21 KB for Falcon-7B's 71)
+    ck = assert_fp16_kernel_follows_the_ir(hf_model("LlamaForCausalLM", hidden_size=384, num_attention_heads=24,
+                                                    num_key_value_heads=1, num_hidden_layers=1).half())
+    assert [(v[1], v[6]) for v in ck.schedule.variants if v[0] == "attention"] == [(24, "dot")]
 
 
 def test_heads_per_combine():
