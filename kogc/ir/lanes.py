@@ -92,7 +92,7 @@ def heads_as_lanes(graph: Graph, L: int) -> Graph:
         elif n.op is Op.ATTENTION:
             if {ks[0], ks[1], ks[2]} != {SPLIT}:
                 fail(n, "attention of values that are not projections' rows")
-            kv, _, hd = by[n.inputs[1]].type.shape
+            kv = by[n.inputs[1]].type.shape[0]
             if kv % L:
                 fail(n, f"{L} GPUs do not divide the {kv} KV heads (each GPU takes whole KV heads with their "
                         f"query heads)")
@@ -204,4 +204,4 @@ def heads_as_lanes(graph: Graph, L: int) -> Graph:
                              n.scope)).name
             continue
         add(dataclasses.replace(n, inputs=tuple(ins)))
-    return verify(Graph(out, {**graph.meta, "num_lanes": L, "lanes_from": "heads"}), f"heads as {L} lanes")
+    return verify(Graph(out, {**graph.meta, "num_lanes": L}), f"heads as {L} lanes")
