@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Real configs of the LayerNorm families and of those with learned positions, with random weights, on the GPU:
+# Real configs of the LayerNorm families (and of those with learned positions or ALiBi, all with LayerNorm), with random weights, on the GPU:
 # each model checked against eager over 256 steps with a 128-token generation, and benched at context 1024 (GPT-2: 512) against
 # the hand-written step of its forms (LayerNorm, its MLP, its parallel block, its position embedding) in one CUDA
 # graph and transformers' step in one CUDA graph. About 2 minutes a model on an H200 (gpt-j-6b about 4): pass at
@@ -7,6 +7,7 @@
 #
 #   OUT=DIR bash experiments/layernorm_runs.sh                                   # pythia-1.4b stablelm-2-1.6b phi-1.5 starcoder2-3b
 #   OUT=DIR bash experiments/layernorm_runs.sh gpt2-xl opt-1.3b santacoder gpt-j-6b
+#   OUT=DIR bash experiments/layernorm_runs.sh phi-2 bloom-1b7 mpt-7b
 set -u
 : "${OUT:?set OUT to the folder the results go to}"
 export PYTHONPATH=${PYTHONPATH:-$PWD} CUDA_MODULE_LOADING=EAGER PYTHONUNBUFFERED=1
