@@ -114,3 +114,11 @@ def test_tp_baseline_takes_the_decoders_shapes():
     step, _ = step_fn(shapes, 8, "cpu", world=2, rank=1, all_reduce=lambda t, op="sum": sums.append(op),
                       dtype=torch.float32)
     assert torch.isfinite(step()).all() and sums == ["sum"] * 2 * shapes.layers + ["max"]
+
+
+def test_mirror_is_refused_for_ordinary_decoders():
+    from kogc.errors import KogcError
+    from kogc.runtime.ranks import copy_lane_groups
+    step = decode_step(hf_model("LlamaForCausalLM"), max_len=16)
+    with pytest.raises(KogcError, match="--mirror takes a model with lanes"):
+        copy_lane_groups(to_ir(step), dict(step.named_parameters()), 2)

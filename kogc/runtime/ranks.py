@@ -36,6 +36,9 @@ def copy_lane_groups(graph: Graph, tensors: dict[str, torch.Tensor], ranks: int)
     """In place: in every laned weight or cache of `graph` (unsharded) found in `tensors` by name, lanes
     first, every rank's lanes made a copy of rank 0's: the model a mirrored rank 0 computes (mirror_rank)."""
     L = graph.meta["num_lanes"]
+    if L == 1:
+        raise KogcError(f"--gpus {ranks} --mirror takes a model with lanes (a Laneformer); an ordinary decoder's ranks "
+                        f"are cut from its heads, whose groups cannot be made copies of each other")
     g = L // ranks
     with torch.no_grad():
         for n in graph.nodes:
