@@ -122,3 +122,17 @@ def test_mirror_is_refused_for_ordinary_decoders():
     step = decode_step(hf_model("LlamaForCausalLM"), max_len=16)
     with pytest.raises(KogcError, match="--mirror takes a model with lanes"):
         copy_lane_groups(to_ir(step), dict(step.named_parameters()), 2)
+
+
+def test_cli_compiles_an_ordinary_decoder_per_rank(capsys):
+    # `kogc compile --gpus 2` of the single-file Llama schedules both ranks (no GPU); a G that does not divide its
+    # KV heads is exit 2 with one line
+    import os
+    from conftest import EXAMPLES
+    from kogc.cli import main
+    llama = os.path.join(EXAMPLES, "llama.py")
+    assert main(["compile", llama, "--config", "tiny", "--target", "h200", "--gpus", "2", "--emit", "schedule"]) == 0
+    assert "placement parallel" in capsys.readouterr().out
+    assert main(["compile", llama, "--config", "tiny", "--target", "h200", "--gpus", "3", "--emit", "schedule"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "3 GPUs do not divide the 2 KV heads" in err and len(err.splitlines()) == 1
