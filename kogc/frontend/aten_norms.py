@@ -6,7 +6,7 @@ import torch
 import torch.fx as fx
 
 from ..ir.graph import Op
-from .aten_values import CASTS, Const, Norm, Vec, aten, meta, op_name
+from .aten_values import CASTS, LAYER_NORM_STAGES, Const, Norm, Vec, aten, meta, op_name
 
 
 class NormLowering:
@@ -45,7 +45,7 @@ class NormLowering:
                     attrs = {"eps": r.eps, **({"group": r.group} if r.group else {})}
                     return Vec(self.emit(Op.RMSNORM, [x.ir], attrs, hint="rmsnorm"))
         stage = next((x.stage for x in k if isinstance(x, Norm)), None)
-        if stage in ("mean", "c", "csq", "var", "vare", "crs"):
+        if stage in LAYER_NORM_STAGES:
             self.fail(f"{op_name(n)} inside what looks like a LayerNorm: only (x - mean(x)) * rsqrt(mean((x - mean(x))^2)"
                       f" + eps) is supported")
         if stage:

@@ -48,6 +48,9 @@ class Cache:
     probe: torch.Tensor = field(repr=False)    # (kv head * S + position) of every element, as viewed
 
 
+LAYER_NORM_STAGES = ("mean", "c", "csq", "var", "vare", "crs")     # a LayerNorm written out (kogc.frontend.aten_norms)
+
+
 @dataclass
 class Norm:
     stage: str                       # RMSNorm: "sq", "ms", "mse", "rs", "sqrt"; LayerNorm written out (Cohere's):

@@ -25,6 +25,7 @@ from ..errors import KogcError
 from .graph import Graph, Node, Op, ValueType
 from .typing import infer
 from .verify import verify
+from .views import view_name
 
 REPLICATED, SPLIT, PARTIAL, SHARED = "replicated", "split", "partial", "shared"
 # ops computed lane by lane: the result keeps its input's kind
@@ -154,8 +155,7 @@ def heads_as_lanes(graph: Graph, L: int) -> Graph:
             view = list(table.attrs.get("view", [])) + [["rows", 0, rows]]
             source = table.attrs.get("source", table.attrs["name"])
             own = add(Node(f"{table.name}.head", Op.PARAM, (), table.type,
-                           {"name": f"{table.attrs['name']}#rows-0-{rows}", "source": source, "view": view},
-                           table.source, table.scope))
+                           {"name": view_name(source, view), "source": source, "view": view}, table.source, table.scope))
             ins[0] = own.name
         if n.op is Op.PARAM and kind.get(n.name) == "weight":
             r = weight_role.get(n.name)
@@ -169,8 +169,7 @@ def heads_as_lanes(graph: Graph, L: int) -> Graph:
             else:
                 fail(n, "a lane weight that no linear layer reads")
             source = n.attrs.get("source", n.attrs["name"])
-            attrs = {**n.attrs, "source": source, "view": view + [step],
-                     "name": n.attrs["name"].removesuffix("#lane") + f"#{step[0]}-{L}"}
+            attrs = {**n.attrs, "source": source, "view": view + [step], "name": view_name(source, view + [step])}
             add(dataclasses.replace(n, type=ValueType(shape, n.type.dtype, L), attrs=attrs))
             continue
         if n.op is Op.STATE:
@@ -183,7 +182,7 @@ def heads_as_lanes(graph: Graph, L: int) -> Graph:
             if tile is None or tile[1] % L:
                 fail(n, "a scale of a projection's whole output (not one per head) is not cut over GPUs")
             view = [["tile", tile[1] // L] if s[0] == "tile" else list(s) for s in n.attrs["view"]]
-            attrs = {**n.attrs, "view": view, "name": n.attrs["name"].replace(f"#tile-{tile[1]}", f"#tile-{tile[1] // L}")}
+            attrs = {**n.attrs, "view": view, "name": view_name(n.attrs.get("source", n.attrs["name"]), view)}
             add(dataclasses.replace(n, type=ValueType(cut(n, 0, "the heads"), n.type.dtype, 0), attrs=attrs))
             continue
         if n.op is Op.BROADCAST_LANES:

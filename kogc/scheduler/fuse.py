@@ -131,7 +131,7 @@ def fuse(graph: Graph, cfg=None) -> list[FusedOp]:
             # a LayerNorm of the embedding alone (BLOOM's word_embeddings_layernorm): formed by the embed task
             normed = [u for u in users[n.name] if u.op is Op.LAYERNORM]
             if len(users[n.name]) == 1 and normed and n.type.lanes <= 1:
-                h, g, b, eps = _layer_norm_input(normed[0])
+                _, g, b, eps = _layer_norm_input(normed[0])
                 take(normed[0].name)
                 add("embed", n, n.type.lanes, table=table, pos_table=pos_table, out=normed[0].name, g=g, b=b, eps=eps)
             else:
