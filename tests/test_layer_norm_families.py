@@ -95,6 +95,11 @@ MORE = {
                                                                num_attention_heads=6, num_kv_heads=2,
                                                                new_decoder_architecture=True,
                                                                max_position_embeddings=64)),
+    # LayerNorm1P (its weight + 1), a plain squared-ReLU MLP, RoPE on half of each head
+    "nemotron": lambda T: T.NemotronForCausalLM(T.NemotronConfig(vocab_size=300, hidden_size=96,
+                                                                 intermediate_size=160, num_hidden_layers=2,
+                                                                 num_attention_heads=6, num_key_value_heads=2,
+                                                                 max_position_embeddings=64, pad_token_id=0)),
 }
 
 
@@ -104,6 +109,17 @@ def test_more_layer_norm_families_equal_eager(name):
     ck = assert_equals_eager(with_random_affine(MORE[name](transformers).eval().requires_grad_(False)),
                              kernel_at=(5,) if name == "cohere2" else (3,), steps=6 if name == "cohere2" else 4)
     assert [v[4] for v in ck.schedule.variants if v[0] == "final_norm"] == ["layernorm"]
+    if name == "nemotron":
+        assert any(v[0] == "matvec" and v[4] == "relu2_store" for v in ck.schedule.variants)
+
+
+def test_squared_relu_mlp_in_fp16():
+    # Arcee's layer: RMSNorm and a plain MLP of relu(x) ** 2 (torch.square), rounded once in fp16 as eager rounds it
+    from test_ordinary import assert_fp16_kernel_follows_the_ir
+    model = hf_model("ArceeForCausalLM", hidden_size=128, num_attention_heads=2, num_key_value_heads=1,
+                     intermediate_size=256).half()
+    ck = assert_fp16_kernel_follows_the_ir(model)
+    assert sum(n.op is Op.RELU2 for n in ck.ir.nodes) == 2 and not any(n.op is Op.RELU for n in ck.ir.nodes)
 
 
 def test_layer_norm_over_column_parts():

@@ -30,7 +30,7 @@ class Shapes:
     vocab: int
     qkv_bias: bool = False   # Q, K and V with a bias (Qwen2)
     qk_norm: bool = False    # q and k normed per head before RoPE (Qwen3)
-    act: str = "silu"        # the MLP's activation: silu, gelu, gelu_tanh (Gemma) or relu (OPT)
+    act: str = "silu"        # the MLP's activation: silu, gelu, gelu_tanh (Gemma), relu (OPT) or relu2 (Nemotron)
     windows: tuple = ()      # per layer, a sliding window's positions (0: all); () for none
     layer_norm: bool = False  # F.layer_norm (weight and bias) instead of F.rms_norm
     gated: bool = True       # act(gate) * up; False: a plain MLP, act(W1 h)
@@ -120,7 +120,8 @@ def step_fn(s: Shapes, context: int, device: str, seed: int = 0, world: int = 1,
     tok = torch.zeros(1, dtype=torch.long, device=device)
     pos = torch.tensor([context], device=device)
     reduce = all_reduce or (lambda t, op="sum": None)
-    act = {"silu": F.silu, "gelu": F.gelu, "gelu_tanh": lambda t: F.gelu(t, approximate="tanh"), "relu": F.relu}[s.act]
+    act = {"silu": F.silu, "gelu": F.gelu, "gelu_tanh": lambda t: F.gelu(t, approximate="tanh"), "relu": F.relu,
+           "relu2": lambda t: torch.square(F.relu(t))}[s.act]
 
     def norm(x):
         return F.layer_norm(x, (D,), ones, zeros) if s.layer_norm else F.rms_norm(x, (D,), ones)

@@ -76,6 +76,7 @@ class AtenLowering(IRBuilder, RopeLowering, AttentionLowering, NormLowering):
         self.ropes: dict[fx.Node, str] = {}
         self.ropes_seen: list[dict] = []            # each distinct ROPE attrs (rope_attrs), in order
         self.probed: dict[tuple, object] = {}      # region signature -> the probed Rope
+        self.squares: dict[str, str] = {}          # relu(y) -> relu2(y), its square
         self.half_rotated: dict[str, int] = {}  # ROPE values whose head dims are in interleaved order: their
                                                 # rotated dims (0: all)
         self.aliases: dict[str, list[fx.Node]] = {}     # IR value -> the fx nodes that are views of it
@@ -113,7 +114,18 @@ class AtenLowering(IRBuilder, RopeLowering, AttentionLowering, NormLowering):
             return v.ir
         if isinstance(v, Region):
             return self.materialize(v)
+        if isinstance(v, Norm) and v.stage == "sq":     # a square read as an activation, not summed by a norm
+            return self.squared(v.x)
         self.fail(f"expected an activation, got {self.describe(arg)}")
+
+    def squared(self, x: str) -> str:
+        """x * x where x is relu(y): squared ReLU of y (Nemotron's, Arcee's MLP), one node however often it is read."""
+        node = self.by_name(x)
+        if node.op is not Op.RELU:
+            self.fail("the square of an activation is supported only as squared ReLU (relu(x) ** 2) or inside a norm")
+        if x not in self.squares:
+            self.squares[x] = self.emit(Op.RELU2, [node.inputs[0]], hint="relu2")
+        return self.squares[x]
 
     def describe(self, arg) -> str:
         v = self.env.get(arg) if isinstance(arg, fx.Node) else arg
@@ -205,7 +217,8 @@ class AtenLowering(IRBuilder, RopeLowering, AttentionLowering, NormLowering):
             return self.written_attention(n)
         if any(isinstance(k, SoftCap) for k in kinds):
             return self.soft_capped(n)
-        if any(isinstance(k, Norm) for k in kinds) or t in (aten.pow.Tensor_Scalar, aten.rsqrt.default, aten.mean.dim):
+        if any(isinstance(k, Norm) for k in kinds) or t in (aten.pow.Tensor_Scalar, aten.square.default, aten.rsqrt.default,
+                                                                aten.mean.dim):
             r = self.norm(n)
             if r is not None:
                 return r

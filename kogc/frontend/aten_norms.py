@@ -16,7 +16,7 @@ class NormLowering:
         written_ln = self.written_layer_norm(n, t, args, k)
         if written_ln is not None:
             return written_ln
-        if t is aten.pow.Tensor_Scalar and isinstance(k[0], Vec) and args[1] == 2:
+        if isinstance(k[0], Vec) and (t is aten.square.default or t is aten.pow.Tensor_Scalar and args[1] == 2):
             return Norm("sq", k[0].ir)
         if t is aten.mul.Tensor and isinstance(k[0], Vec) and isinstance(k[1], Vec) and args[0] is args[1]:
             return Norm("sq", k[0].ir)
@@ -45,6 +45,8 @@ class NormLowering:
                     attrs = {"eps": r.eps, **({"group": r.group} if r.group else {})}
                     return Vec(self.emit(Op.RMSNORM, [x.ir], attrs, hint="rmsnorm"))
         stage = next((x.stage for x in k if isinstance(x, Norm)), None)
+        if stage == "sq" and all(x.stage == "sq" and self.by_name(x.x).op is Op.RELU for x in k if isinstance(x, Norm)):
+            return None     # a square of relu(y) that no mean reads: squared ReLU (AtenLowering.vec)
         if stage in LAYER_NORM_STAGES:
             self.fail(f"{op_name(n)} inside what looks like a LayerNorm: only (x - mean(x)) * rsqrt(mean((x - mean(x))^2)"
                       f" + eps) is supported")

@@ -168,6 +168,7 @@ RUNNERS: dict[Op, Callable] = {
     Op.GELU: lambda n, a, t: torch.nn.functional.gelu(a[0]),
     Op.GELU_TANH: lambda n, a, t: torch.nn.functional.gelu(a[0], approximate="tanh"),
     Op.RELU: lambda n, a, t: torch.relu(a[0]),
+    Op.RELU2: lambda n, a, t: torch.square(torch.relu(a[0])),
     Op.MATVEC: _matvec,
     Op.ROPE: _rope,
     Op.KV_WRITE: _kv_write,

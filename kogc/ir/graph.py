@@ -31,6 +31,7 @@ class Op(enum.Enum):
     GELU = "gelu"                    # erf's GELU (torch's approximate="none")
     GELU_TANH = "gelu_tanh"          # tanh's approximation (approximate="tanh": Gemma's gelu_pytorch_tanh)
     RELU = "relu"
+    RELU2 = "relu2"       # squared ReLU, relu(x)^2 (Nemotron, Arcee)
     MATVEC = "matvec"                # (W [N, K], x [K][, bias [N]]) -> [N], per lane when W is lane-batched; attrs:
                                      # softcap c on the LM head: c * tanh(W x) (Gemma 2's logits, 1/c in W's view)
     ROPE = "rope"                    # interleaved pairs; (x [n*hd], pos); attrs: head_dim, theta

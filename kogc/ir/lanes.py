@@ -29,7 +29,7 @@ from .views import view_name
 
 REPLICATED, SPLIT, PARTIAL, SHARED = "replicated", "split", "partial", "shared"
 # ops computed lane by lane: the result keeps its input's kind
-LANEWISE = (Op.SCALE, Op.SILU, Op.GELU, Op.GELU_TANH, Op.RELU, Op.ROPE)
+LANEWISE = (Op.SCALE, Op.SILU, Op.GELU, Op.GELU_TANH, Op.RELU, Op.RELU2, Op.ROPE)
 
 
 class LanesError(KogcError):

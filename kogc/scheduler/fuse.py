@@ -18,11 +18,13 @@ from .errors import SchedulerError
 PLAIN, RMSNORM, LAYERNORM, ATTN_COMBINE = "plain", "rmsnorm", "layernorm", "attn_combine"
 # the gated MLP's activation act(gate) * up, one kind per act: a prologue, or an epilogue whose rows come in
 # (gate, up) pairs of two weights on the same input and which stores the product
-SILU_MUL, GELU_MUL, GELU_TANH_MUL, RELU_MUL = "silu_mul", "gelu_mul", "gelu_tanh_mul", "relu_mul"
-GATED = {Op.SILU: SILU_MUL, Op.GELU: GELU_MUL, Op.GELU_TANH: GELU_TANH_MUL, Op.RELU: RELU_MUL}
+GATED = {Op.SILU: "silu_mul", Op.GELU: "gelu_mul", Op.GELU_TANH: "gelu_tanh_mul", Op.RELU: "relu_mul",
+         Op.RELU2: "relu2_mul"}
 GATED_KINDS = frozenset(GATED.values())
-# an epilogue storing act(its rows) (a plain MLP's first matvec: GPT-NeoX's, Starcoder2's, OPT's), one kind per act
-ACT_STORE = {Op.SILU: "silu_store", Op.GELU: "gelu_store", Op.GELU_TANH: "gelu_tanh_store", Op.RELU: "relu_store"}
+# an epilogue storing act(its rows) (a plain MLP's first matvec: GPT-NeoX's, Starcoder2's, OPT's, Nemotron's), one
+# kind per act
+ACT_STORE = {Op.SILU: "silu_store", Op.GELU: "gelu_store", Op.GELU_TANH: "gelu_tanh_store", Op.RELU: "relu_store",
+             Op.RELU2: "relu2_store"}
 # epilogues: what it does with its result rows (or a gated kind)
 STORE, ROPE_STORE, ROPE_CACHE, CACHE, RESIDUAL, STORE_ARGMAX = (
     "store", "rope_store", "rope_cache", "cache", "residual", "store_argmax")
