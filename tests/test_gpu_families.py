@@ -35,6 +35,10 @@ FAMILIES = {   # (model class, config class, the config: 4 layers each)
     # ALiBi in fp32, LayerNorms without a bias
     "mpt": ("MptForCausalLM", "MptConfig", dict(d_model=1024, n_layers=4, n_heads=8, max_seq_len=2048,
             expansion_ratio=4, no_bias=True)),
+    # LayerNorm1P (its weight + 1), a squared-ReLU MLP, RoPE on half of each head
+    "nemotron": ("NemotronForCausalLM", "NemotronConfig", dict(hidden_size=1024, intermediate_size=4096,
+                 num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=4096,
+                 pad_token_id=0)),
 }
 
 
