@@ -561,6 +561,7 @@ class OneLayer(torch.nn.Module):
     (dict(repeat="tile"), "KV heads repeated in order"),
     (dict(norm="layer"), "layer_norm over [1, 16]: only the whole last axis"),    # (over two axes)
     (dict(act=F.softplus), "aten.softplus"),
+    (dict(act=lambda t: t * F.softmax(t, -1)), "a mixture of experts' routing"),     # (a router's softmax)
 ])
 def test_unsupported_idiom_is_one_line_with_the_source_line(kwargs, needle):
     with pytest.raises(FrontendError) as e:

@@ -63,6 +63,10 @@ def rejoins_its_source(n: fx.Node) -> bool:
     return False
 
 
+# ops that pick experts from a router's logits (Mixtral's, Qwen-MoE's, OLMoE's, Granite-MoE's)
+ROUTING = (aten.softmax.int, aten._softmax.default, aten.topk.default, aten.sort.default)
+
+
 class AtenLowering(IRBuilder, RopeLowering, AttentionLowering, NormLowering):
     def __init__(self, ep: torch.export.ExportedProgram, name: str):
         super().__init__()
@@ -321,6 +325,9 @@ class AtenLowering(IRBuilder, RopeLowering, AttentionLowering, NormLowering):
             return self.layer_norm(n)
         if t in (aten.view_as_complex.default, aten.cat.default, aten.stack.default, aten.unbind.int):
             return self.region(n)
+        if t in ROUTING:
+            self.fail(f"unsupported op {op_name(n)}: a mixture of experts' routing (a softmax or top-k of an "
+                      f"activation outside attention) is not supported; kogc compiles dense decoders")
         self.fail(f"unsupported op {op_name(n)}")
 
     def linear(self, n: fx.Node):
