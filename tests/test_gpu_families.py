@@ -39,6 +39,10 @@ FAMILIES = {   # (model class, config class, the config: 4 layers each)
     "nemotron": ("NemotronForCausalLM", "NemotronConfig", dict(hidden_size=1024, intermediate_size=4096,
                  num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=4096,
                  pad_token_id=0)),
+    # q and k normed per head after rotate-half RoPE
+    "hunyuan_dense": ("HunYuanDenseV1ForCausalLM", "HunYuanDenseV1Config", dict(hidden_size=1024,
+                      intermediate_size=4096, num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=2,
+                      head_dim=128, max_position_embeddings=4096, pad_token_id=0)),
 }
 
 

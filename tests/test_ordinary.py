@@ -342,6 +342,19 @@ def test_norms_per_head_equal_eager():
     assert {v[4] for v in ck.schedule.variants if v[0] == "head_norm"} == {0}
 
 
+def test_norms_after_rope_equal_eager():
+    # HunYuan's dense models: q and k rotated (rotate-half) first, then normed per head and scaled: the norm's
+    # task rotates, then norms (its scale in the kernel's interleaved order); fp32 against eager, fp16 against the IR
+    model = hf_model("HunYuanDenseV1ForCausalLM", config_name="HunYuanDenseV1Config", head_dim=16, pad_token_id=299)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "layernorm" in name:
+                p.normal_(1.0, 0.3)
+    ck = assert_equals_eager(model, kernel_at=(3,), steps=4)
+    assert {v[5] for v in ck.schedule.variants if v[0] == "head_norm"} == {1}
+    assert_fp16_kernel_follows_the_ir(model.half())
+
+
 @pytest.mark.parametrize("cls_name,cfg", [
     ("GlmForCausalLM", {}),             # RoPE on half of each head's dims, interleaved; fused gate/up
     ("Glm4ForCausalLM", {}),            # GLM's, and each sublayer's output normed
@@ -371,7 +384,7 @@ def test_olmo2_norms_over_whole_projections_equal_eager():
             if "norm" in name:
                 p.normal_(1.0, 0.3)
     ck = assert_equals_eager(model, kernel_at=(0, 3), steps=4)
-    assert sorted(v[1:] for v in ck.schedule.variants if v[0] == "head_norm") == [(2, 16, 64, 1), (6, 16, 0, 1)]
+    assert sorted(v[1:] for v in ck.schedule.variants if v[0] == "head_norm") == [(2, 16, 64, 1, 0), (6, 16, 0, 1, 0)]
     assert {t.kind for t in ck.schedule.tasks} >= {"normed_residual", "head_norm"}
 
 

@@ -497,13 +497,20 @@ class AtenLowering(IRBuilder, RopeLowering, AttentionLowering, NormLowering):
                 self.fail(f"multiplying by a weight of shape {list(w.tensor.shape)}: only an elementwise scale "
                           f"of the vector's width {self.types[xv].shape} (or of each head's) is supported")
             view = w.view + ((("flat",),) if w.tensor.dim() != 1 else ()) + ((("tile", width // per),) if tiled else ())
-            wv = Const(w.tensor.reshape(-1), w.name, view)
             ln = self.by_name(xv)
+            rotated = ln.inputs[0] if ln.op is Op.RMSNORM and ln.inputs[0] in self.half_rotated else None
+            if rotated:     # a norm's scale after rotate-half RoPE (HunYuan's): in the kernel's interleaved order
+                rot = self.half_rotated[rotated]
+                view += (("rope_half", self.by_name(rotated).attrs["head_dim"]) + ((rot,) if rot else ()),)
+            wv = Const(w.tensor.reshape(-1), w.name, view)
             if ln.op is Op.LAYERNORM and len(ln.inputs) == 1 and not tiled and not self.use_counts().get(xv) and \
                     len(x.users) == 1:
                 # a LayerNorm written out, then its weight (Cohere's, in fp32, rounded once): the op's own weight
                 return Vec(self.emit(Op.LAYERNORM, [ln.inputs[0], self.leaf(wv, 0)], ln.attrs, hint="layernorm"))
-            return Vec(self.emit(Op.MUL, [xv, self.leaf(wv, 0)]))
+            out = self.emit(Op.MUL, [xv, self.leaf(wv, 0)])
+            if rotated:
+                self.half_rotated[out] = self.half_rotated[rotated]
+            return Vec(out)
         return Vec(self.emit(Op.MUL, [self.vec(a), self.vec(b)]))
 
     def add(self, n: fx.Node):

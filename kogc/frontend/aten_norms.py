@@ -6,7 +6,7 @@ import torch
 import torch.fx as fx
 
 from ..ir.graph import Op
-from .aten_values import CASTS, LAYER_NORM_STAGES, Const, Norm, Vec, aten, meta, op_name
+from .aten_values import CASTS, LAYER_NORM_STAGES, Const, Norm, Region, Vec, aten, meta, op_name
 
 
 class NormLowering:
@@ -16,7 +16,10 @@ class NormLowering:
         written_ln = self.written_layer_norm(n, t, args, k)
         if written_ln is not None:
             return written_ln
-        if isinstance(k[0], Vec) and (t is aten.square.default or t is aten.pow.Tensor_Scalar and args[1] == 2):
+        squares = t is aten.square.default or t is aten.pow.Tensor_Scalar and args[1] == 2
+        if squares and isinstance(k[0], Region):     # a norm of RoPE's output (HunYuan's q and k, normed after it)
+            return Norm("sq", self.vec(args[0]))
+        if squares and isinstance(k[0], Vec):
             return Norm("sq", k[0].ir)
         if t is aten.mul.Tensor and isinstance(k[0], Vec) and isinstance(k[1], Vec) and args[0] is args[1]:
             return Norm("sq", k[0].ir)
@@ -38,8 +41,10 @@ class NormLowering:
         if t in CASTS and isinstance(k[0], Norm):
             return k[0]
         if t in (aten.mul.Tensor, aten.div.Tensor):
-            for x, r in ((k[0], k[1]), (k[1], k[0])):
+            for a, x, r in ((args[0], k[0], k[1]), (args[1], k[1], k[0])):
                 want = "rs" if t is aten.mul.Tensor else "sqrt"
+                if isinstance(x, Region) and isinstance(r, Norm) and r.stage == want:
+                    x = Vec(self.vec(a))        # (RoPE's output, materialized when its square was)
                 if isinstance(x, Vec) and isinstance(r, Norm) and r.stage == want and r.x == x.ir and \
                         (t is aten.mul.Tensor or x is k[0]):
                     attrs = {"eps": r.eps, **({"group": r.group} if r.group else {})}

@@ -140,19 +140,22 @@ def fuse(graph: Graph, cfg=None) -> list[FusedOp]:
                 add("embed", n, n.type.lanes, table=table, pos_table=pos_table, out=n.name)
         elif n.op is Op.MATVEC and n.name not in covered:      # (covered: the up half of a gated pair)
             ops.append(_matvec(n, by, users, order, take, residual_done, paired))
-        elif n.op is Op.ROPE and n.name not in covered and (head_norm := _head_norm_input(n, by)) is not None:
+        elif n.op is Op.ROPE and n.name not in covered and \
+                (head_norm := _head_norm_input(n, by) or _post_rope_norm(n, by, users)) is not None:
             x, g, eps, norm, mul = head_norm
             take(n.name, norm.name, mul.name)
             hd = n.attrs["head_dim"]
-            # whole: one norm over all the heads (OLMo2's), not one per head (the same where there is one head)
+            # whole: one norm over all the heads (OLMo2's), not one per head (the same where there is one head);
+            # rope_first: RoPE, then the norm and its scale (HunYuan's), else the norm, its scale, then RoPE
             p = dict(x=x, g=g, eps=eps, heads=n.type.shape[0] // hd, head_dim=hd,
-                     whole=not norm.attrs.get("group") and n.type.shape[0] > hd)
-            kvw = [u for u in users[n.name] if u.op is Op.KV_WRITE]
+                     whole=not norm.attrs.get("group") and n.type.shape[0] > hd, rope_first=norm.inputs[0] == n.name)
+            out = mul if p["rope_first"] else n
+            kvw = [u for u in users[out.name] if u.op is Op.KV_WRITE]
             if kvw:
                 take(kvw[0].name)
                 p.update(cache=kvw[0].inputs[0], out=None)
             else:
-                p.update(cache=None, out=n.name)
+                p.update(cache=None, out=out.name)
             add("head_norm", n, n.type.lanes, **p)
         elif n.op is Op.ATTENTION:
             q, kw, vw = (by[i] for i in n.inputs[:3])
@@ -218,6 +221,19 @@ def _head_norm_input(rope: Node, by: dict[str, Node]):
         return None
     norm, g = scaled
     return norm.inputs[0], g.name, norm.attrs["eps"], norm, n
+
+
+def _post_rope_norm(rope: Node, by: dict[str, Node], users) -> tuple | None:
+    """RoPE's output normed over each head (or over all of it) and scaled, RoPE's only reader (HunYuan's q and k
+    normed after RoPE): (RoPE's input, the scale, eps, the norm, the mul), or None."""
+    us = users[rope.name]
+    if len(us) != 1 or us[0].op is not Op.RMSNORM or len(users[us[0].name]) != 1:
+        return None
+    scaled = _scaled_norm(users[us[0].name][0], by)
+    if scaled is None or scaled[0] is not us[0] or \
+            (us[0].attrs.get("group") or rope.type.shape[0]) not in (rope.attrs["head_dim"], rope.type.shape[0]):
+        return None
+    return rope.inputs[0], scaled[1].name, us[0].attrs["eps"], us[0], users[us[0].name][0]
 
 
 def _form_nodes(n: Node, by) -> list[str]:
@@ -286,7 +302,7 @@ def _matvec(n: Node, by, users, order, take, residual_done, paired) -> FusedOp:
         gate, up, act, mul = pair
         take(gate.name, up.name, act.name, mul.name)
         p.update(w=gate.inputs[0], w2=up.inputs[0], epilogue=GATED[act.op], out=mul.name)
-    elif len(us) == 1 and us[0].op is Op.ROPE:
+    elif len(us) == 1 and us[0].op is Op.ROPE and _post_rope_norm(us[0], by, users) is None:
         rope = us[0]
         take(rope.name)
         p.update(head_dim=rope.attrs["head_dim"], rope=rope.name)

@@ -148,7 +148,7 @@ def tile_rank(graph: Graph, ops: list[FusedOp], cfg: TileConfig) -> tuple[list[T
                     kvh, S, _ = by[p["cache"]].type.shape
                     args[A_CACHE] = lay.at(p["cache"], l)
                     writes = [Region("kv", args[A_CACHE], args[A_CACHE] + kvh * S * hd)]
-                new(("head_norm", nh, hd, S, int(p["whole"])), op, l, args, [lay.region(p["x"], l, 0, nh * hd)], writes,
+                new(("head_norm", nh, hd, S, int(p["whole"]), int(p["rope_first"])), op, l, args, [lay.region(p["x"], l, 0, nh * hd)], writes,
                     cost=2 * nh * hd * es)
         elif op.kind == "residual":
             d = by[p["out"]].type.shape[0]
