@@ -203,7 +203,8 @@ class AtenLowering(IRBuilder, RopeLowering, AttentionLowering, NormLowering):
             return None
         if t is getattr(__import__("operator"), "getitem"):
             return self.getitem(n)
-        tensors = [a for a in flat_args(n) if isinstance(a, fx.Node)]
+        # (type_as reads its second argument's dtype alone: NanoChat's norm(x.float()).type_as(x))
+        tensors = [a for a in (n.args[:1] if t is aten.type_as.default else flat_args(n)) if isinstance(a, fx.Node)]
         kinds = [self.env.get(a) for a in tensors]
         if all(isinstance(k, (Const, PosFn)) or k is None for k in kinds):
             return self.constant(n, kinds)

@@ -48,7 +48,12 @@ class PosGraph:
         elif node in self.consts:
             v = self.consts[node]
         elif node.op == "call_function":
-            args = [self.value(a, pos, subst, wide) for a in node.args]
+            if node.target is torch.ops.aten.type_as.default and isinstance(node.args[1], fx.Node) and \
+                    isinstance(node.args[1].meta.get("val"), torch.Tensor):
+                # (its second argument gives a dtype alone: NanoChat's norm(x.float()).type_as(x))
+                args = [self.value(node.args[0], pos, subst, wide), node.args[1].meta["val"].new_empty(())]
+            else:
+                args = [self.value(a, pos, subst, wide) for a in node.args]
             kwargs = {k: self.value(a, pos, subst, wide) for k, a in node.kwargs.items()}
             name = getattr(node.target, "__name__", str(node.target))
             if name.split(".")[0].endswith("_") and args and isinstance(args[0], torch.Tensor):

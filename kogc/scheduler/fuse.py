@@ -224,16 +224,21 @@ def _head_norm_input(rope: Node, by: dict[str, Node]):
 
 
 def _post_rope_norm(rope: Node, by: dict[str, Node], users) -> tuple | None:
-    """RoPE's output normed over each head (or over all of it) and scaled, RoPE's only reader (HunYuan's q and k
-    normed after RoPE): (RoPE's input, the scale, eps, the norm, the mul), or None."""
+    """RoPE's output normed over each head (or over all of it), RoPE's only reader, and scaled (HunYuan's q and k
+    normed after RoPE) or not (NanoChat's: a scale of ones): (RoPE's input, the scale, eps, the norm, the last
+    of them), or None."""
     us = users[rope.name]
-    if len(us) != 1 or us[0].op is not Op.RMSNORM or len(users[us[0].name]) != 1:
+    width = rope.type.shape[0]
+    if len(us) != 1 or us[0].op is not Op.RMSNORM or \
+            (us[0].attrs.get("group") or width) not in (rope.attrs["head_dim"], width):
         return None
-    scaled = _scaled_norm(users[us[0].name][0], by)
-    if scaled is None or scaled[0] is not us[0] or \
-            (us[0].attrs.get("group") or rope.type.shape[0]) not in (rope.attrs["head_dim"], rope.type.shape[0]):
+    norm, after = us[0], users[us[0].name]
+    scaled = _scaled_norm(after[0], by) if len(after) == 1 else None
+    if scaled is not None and scaled[0] is norm:
+        return rope.inputs[0], scaled[1].name, norm.attrs["eps"], norm, after[0]
+    if any(u.op is Op.MUL for u in after):
         return None
-    return rope.inputs[0], scaled[1].name, us[0].attrs["eps"], us[0], users[us[0].name][0]
+    return rope.inputs[0], f"{NORM_ONES}.{width}", norm.attrs["eps"], norm, norm
 
 
 def _form_nodes(n: Node, by) -> list[str]:
