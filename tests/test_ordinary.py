@@ -355,6 +355,17 @@ def test_norms_after_rope_equal_eager():
     assert_fp16_kernel_follows_the_ir(model.half())
 
 
+def test_norms_without_weights_equal_eager():
+    # NanoChat: every RMSNorm without a weight (the embedding's, in the embed task; each sublayer's and the final
+    # one, with a scale of ones), q and k normed after RoPE, a squared-ReLU MLP, soft-capped logits; fp32 against
+    # eager, fp16 against the IR
+    model = hf_model("NanoChatForCausalLM", head_dim=16, pad_token_id=299)
+    ck = assert_equals_eager(model, kernel_at=(3,), steps=4)
+    assert [v for v in ck.schedule.variants if v[0] == "embed"] == [("embed", 96, "rms")]
+    assert {v[5] for v in ck.schedule.variants if v[0] == "head_norm"} == {1}
+    assert_fp16_kernel_follows_the_ir(model.half())
+
+
 @pytest.mark.parametrize("cls_name,cfg", [
     ("GlmForCausalLM", {}),             # RoPE on half of each head's dims, interleaved; fused gate/up
     ("Glm4ForCausalLM", {}),            # GLM's, and each sublayer's output normed

@@ -48,7 +48,10 @@ class NormLowering:
                 if isinstance(x, Vec) and isinstance(r, Norm) and r.stage == want and r.x == x.ir and \
                         (t is aten.mul.Tensor or x is k[0]):
                     attrs = {"eps": r.eps, **({"group": r.group} if r.group else {})}
-                    return Vec(self.emit(Op.RMSNORM, [x.ir], attrs, hint="rmsnorm"))
+                    out = self.emit(Op.RMSNORM, [x.ir], attrs, hint="rmsnorm")
+                    if x.ir in self.half_rotated:   # (normed after rotate-half RoPE: still in interleaved order)
+                        self.half_rotated[out] = self.half_rotated[x.ir]
+                    return Vec(out)
         stage = next((x.stage for x in k if isinstance(x, Norm)), None)
         if stage == "sq" and all(x.stage == "sq" and self.by_name(x.x).op is Op.RELU for x in k if isinstance(x, Norm)):
             return None     # a square of relu(y) that no mean reads: squared ReLU (AtenLowering.vec)

@@ -82,13 +82,16 @@ def _scaled_norm(n: Node, by: dict[str, Node]) -> tuple[Node, Node] | None:
     return (a, b) if a.op is Op.RMSNORM and b.op is Op.PARAM else None
 
 
-def _norm_input(n: Node, by: dict[str, Node]) -> tuple[str, str, float] | None:
-    """x = rmsnorm(h) * g over the whole vector, g a weight: (h, g, eps)."""
+def _norm_input(n: Node, by: dict[str, Node]) -> tuple[str, str, float, list[str]] | None:
+    """x = rmsnorm(h) * g over the whole vector, g a weight, or rmsnorm(h) alone (NanoChat's norms have no weight:
+    g a constant of ones): (h, g, eps, the nodes it makes up)."""
+    if n.op is Op.RMSNORM and not n.attrs.get("group"):
+        return n.inputs[0], f"{NORM_ONES}.{n.type.shape[0]}", n.attrs["eps"], [n.name]
     scaled = _scaled_norm(n, by)
     if scaled is None or scaled[0].attrs.get("group"):
         return None
     norm, g = scaled
-    return norm.inputs[0], g.name, norm.attrs["eps"]
+    return norm.inputs[0], g.name, norm.attrs["eps"], [n.name, norm.name, g.name]
 
 
 def norm_constant(value: str) -> float | None:
@@ -130,12 +133,12 @@ def fuse(graph: Graph, cfg=None) -> list[FusedOp]:
         elif n.op is Op.BROADCAST_LANES and (emb := _embedding(by[n.inputs[0]], by)) is not None:
             table, pos_table, nodes = emb
             take(n.name, *nodes)
-            # a LayerNorm of the embedding alone (BLOOM's word_embeddings_layernorm): formed by the embed task
-            normed = [u for u in users[n.name] if u.op is Op.LAYERNORM]
-            if len(users[n.name]) == 1 and normed and n.type.lanes <= 1:
-                _, g, b, eps = _layer_norm_input(normed[0])
-                take(normed[0].name)
-                add("embed", n, n.type.lanes, table=table, pos_table=pos_table, out=normed[0].name, g=g, b=b, eps=eps)
+            # a norm of the embedding alone (BLOOM's word_embeddings_layernorm, NanoChat's RMSNorm): formed by the
+            # embed task
+            normed = _embedding_norm(n, by, users)
+            if normed is not None:
+                take(*normed.pop("nodes"))
+                add("embed", n, n.type.lanes, table=table, pos_table=pos_table, **normed)
             else:
                 add("embed", n, n.type.lanes, table=table, pos_table=pos_table, out=n.name)
         elif n.op is Op.MATVEC and n.name not in covered:      # (covered: the up half of a gated pair)
@@ -171,16 +174,15 @@ def fuse(graph: Graph, cfg=None) -> list[FusedOp]:
                 take(n.name, *_form_nodes(by[[i for i in n.inputs if i != stream][0]], by))
                 add("residual", n, n.type.lanes, h=stream, out=n.name, terms=terms)
             elif (normed := _normed_increment(n, by)) is not None:
-                stream, (x, g, eps), inc = normed
-                take(n.name, inc.name, *inc.inputs)
+                stream, (x, g, eps, nodes), inc = normed
+                take(n.name, *nodes)
                 add("normed_residual", n, n.type.lanes, h=stream, x=x, g=g, eps=eps, out=n.name)
         elif n.op is Op.LANE_MEAN:
             src = _norm_input(by[n.inputs[0]], by)
             layer = _layer_norm_input(by[n.inputs[0]])
             if src is not None:
-                h, g, eps = src
-                mul = by[n.inputs[0]]
-                take(n.name, mul.name, *mul.inputs)
+                h, g, eps, nodes = src
+                take(n.name, *nodes)
                 add("final_norm", n, 0, h=h, g=g, eps=eps, out=n.name, norm=RMSNORM)
             elif layer is not None:
                 h, g, b, eps = layer
@@ -194,6 +196,23 @@ def fuse(graph: Graph, cfg=None) -> list[FusedOp]:
         n = missing[0]
         raise SchedulerError(f"no fused task covers IR node {n.name} ({n.op.value}) from {n.source or '?'}")
     return ops
+
+
+def _embedding_norm(n: Node, by: dict[str, Node], users) -> dict | None:
+    """The embedding's only reader a LayerNorm, or an RMSNorm (scaled or not), of it alone: the embed task's
+    parameters for it (out, g, b, eps, norm) and the nodes it makes up, else None."""
+    us = users[n.name]
+    if len(us) != 1 or n.type.lanes > 1:
+        return None
+    if us[0].op is Op.LAYERNORM:
+        _, g, b, eps = _layer_norm_input(us[0])
+        return dict(out=us[0].name, g=g, b=b, eps=eps, norm=LAYERNORM, nodes=[us[0].name])
+    if us[0].op is not Op.RMSNORM or us[0].attrs.get("group"):
+        return None
+    after = users[us[0].name]
+    last = after[0] if len(after) == 1 and _scaled_norm(after[0], by) is not None else us[0]
+    _, g, eps, nodes = _norm_input(last, by)
+    return dict(out=last.name, g=g, b=None, eps=eps, norm=RMSNORM, nodes=nodes)
 
 
 def _embedding(n: Node, by: dict[str, Node]) -> tuple[str, str | None, list[str]] | None:
@@ -281,7 +300,7 @@ def _matvec(n: Node, by, users, order, take, residual_done, paired) -> FusedOp:
     layer = _layer_norm_input(x) if x.type.lanes == n.type.lanes else None
     if norm is not None and x.type.lanes == n.type.lanes:
         p.update(prologue=RMSNORM, x=norm[0], g=norm[1], eps=norm[2])
-        take(x.name, *x.inputs)
+        take(*norm[3])
     elif layer is not None:
         other = [u for u in users[x.name] if u.op is not Op.MATVEC]
         if other:       # (formed in each reading matvec's prologue, never stored)

@@ -121,9 +121,12 @@ def tile_rank(graph: Graph, ops: list[FusedOp], cfg: TileConfig) -> tuple[list[T
             pos_rows = by[p["table"]].type.shape[0] if p["pos_table"] else 0
             for l in lanes_of(op):
                 args = _args({A_OUT: lay.at(p["out"], l), A_X: pos_rows})
-                if p.get("g"):      # normed in the task (BLOOM's embedding LayerNorm)
-                    args[A_X2], args[A_NORM_BIAS], args[A_EPS] = lay.at(p["g"], 0), lay.at(p["b"], 0), f32_bits(p["eps"])
-                new(("embed", d) + (("pos",) if pos_rows else ()) + (("ln",) if p.get("g") else ()), op, l, args, [],
+                if p.get("g"):      # normed in the task (BLOOM's embedding LayerNorm, NanoChat's RMSNorm)
+                    args[A_X2], args[A_EPS] = lay.at(p["g"], 0), f32_bits(p["eps"])
+                    if p["b"]:
+                        args[A_NORM_BIAS] = lay.at(p["b"], 0)
+                norm = {LAYERNORM: ("ln",), RMSNORM: ("rms",)}.get(p.get("norm"), ())
+                new(("embed", d) + (("pos",) if pos_rows else ()) + norm, op, l, args, [],
                     [lay.region(p["out"], l, 0, d)], cost=d * es * (2 if pos_rows else 1))
         elif op.kind == "matvec":
             _tile_matvec(op, by, lay, val, new, cfg, es, lanes_of, sent, recv_slot, rope_at)
