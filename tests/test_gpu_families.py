@@ -43,6 +43,10 @@ FAMILIES = {   # (model class, config class, the config: 4 layers each)
     "hunyuan_dense": ("HunYuanDenseV1ForCausalLM", "HunYuanDenseV1Config", dict(hidden_size=1024,
                       intermediate_size=4096, num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=2,
                       head_dim=128, max_position_embeddings=4096, pad_token_id=0)),
+    # RMSNorms without a weight (the embedding's too), q and k normed after RoPE, squared ReLU, soft-capped logits
+    "nanochat": ("NanoChatForCausalLM", "NanoChatConfig", dict(hidden_size=1024, intermediate_size=4096,
+                 num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=8, max_position_embeddings=4096,
+                 pad_token_id=0)),
 }
 
 
