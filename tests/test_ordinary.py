@@ -13,6 +13,7 @@ from conftest import EXAMPLES, rel_err
 
 import kogc
 from kogc.frontend import FrontendError, to_ir
+from kogc.ir.graph import Op
 
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="CPU interpreter path (GPU covered by test_gpu)")
 
@@ -353,6 +354,19 @@ def test_norms_after_rope_equal_eager():
     ck = assert_equals_eager(model, kernel_at=(3,), steps=4)
     assert {v[5] for v in ck.schedule.variants if v[0] == "head_norm"} == {1}
     assert_fp16_kernel_follows_the_ir(model.half())
+
+
+def test_peri_layer_norms_with_multipliers_equal_eager():
+    # HyperCLOVAX: each sublayer's output normed, then scaled by residual_multiplier (folded into the norm's
+    # scale), Granite's other multipliers; the kernel at step 3
+    model = hf_model("HyperCLOVAXForCausalLM", residual_multiplier=0.5, embedding_multiplier=2.0, logits_scaling=0.8)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.normal_(1.0, 0.3)
+    ck = assert_equals_eager(model, kernel_at=(3,), steps=4)
+    assert not any(n.op is Op.SCALE for n in ck.ir.nodes)
+    assert sum(v[0] == "normed_residual" for v in ck.schedule.variants) == 1
 
 
 def test_norms_without_weights_equal_eager():

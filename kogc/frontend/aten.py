@@ -393,7 +393,7 @@ class AtenLowering(IRBuilder, RopeLowering, AttentionLowering, NormLowering):
         """x * factor where x is read by nothing else, as a weight's view instead of an op: a linear layer's
         output scaled (Granite's residual_multiplier on each sublayer, its logits_scaling on the LM head)
         is the layer with its rows and bias scaled, a scaled embedding (its embedding_multiplier) the table
-        scaled. None where it does not apply (the scale stays an op)."""
+        scaled, a scaled norm its scale. None where it does not apply (the scale stays an op)."""
         node = self.by_name(self.vec(x))
         # every name the model has for the value (casts and views pass it on) read once, and nothing in the IR
         # reading it yet: no other reader sees it scaled
@@ -404,6 +404,10 @@ class AtenLowering(IRBuilder, RopeLowering, AttentionLowering, NormLowering):
             weights = [self.by_name(node.inputs[0]).inputs[0]]
         elif node.op in (Op.MATVEC, Op.EMBED):
             weights = [node.inputs[0]] + (list(node.inputs[2:]) if node.op is Op.MATVEC else [])
+        elif node.op is Op.MUL and {self.by_name(i).op for i in node.inputs} == {Op.RMSNORM, Op.PARAM}:
+            # a norm's output scaled (HyperCLOVAX's residual_multiplier after each sublayer's output norm): its
+            # scale scaled
+            weights = [i for i in node.inputs if self.by_name(i).op is Op.PARAM]
         else:
             return None
         uses = self.use_counts()
