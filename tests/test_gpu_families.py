@@ -47,6 +47,10 @@ FAMILIES = {   # (model class, config class, the config: 4 layers each)
     "nanochat": ("NanoChatForCausalLM", "NanoChatConfig", dict(hidden_size=1024, intermediate_size=4096,
                  num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=8, max_position_embeddings=4096,
                  pad_token_id=0)),
+    # each sublayer's output normed and scaled by a residual multiplier (folded into the norm's scale)
+    "hyperclovax": ("HyperCLOVAXForCausalLM", "HyperCLOVAXConfig", dict(hidden_size=1024, intermediate_size=4096,
+                    num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=4096,
+                    residual_multiplier=0.5, pad_token_id=0)),
 }
 
 
