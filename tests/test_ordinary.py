@@ -369,6 +369,13 @@ def test_peri_layer_norms_with_multipliers_equal_eager():
     assert sum(v[0] == "normed_residual" for v in ck.schedule.variants) == 1
 
 
+def test_strict_config_with_a_window_equals_eager():
+    # Cwm's config is a strict dataclass (a sliding_window of None refused): kogc's cache is made and the model
+    # run with the window off all the same (a window longer than the cache never bites); through the IR
+    assert_equals_eager(hf_model("CwmForCausalLM", max_position_embeddings=16384, sliding_window=8192), kernel_at=(),
+                        steps=3)
+
+
 def test_norms_without_weights_equal_eager():
     # NanoChat: every RMSNorm without a weight (the embedding's, in the embed task; each sublayer's and the final
     # one, with a scale of ones), q and k normed after RoPE, a squared-ReLU MLP, soft-capped logits; fp32 against

@@ -43,9 +43,9 @@ class DecodeStep(nn.Module):
         self.no_window = bool(window) and window >= self.max_len and not getattr(config, "layer_types", None)
         if window:
             config = copy.copy(config)
-            config.sliding_window = None
+            _set(config, "sliding_window", None)
             if getattr(config, "layer_types", None):
-                config.layer_types = ["full_attention"] * len(config.layer_types)
+                _set(config, "layer_types", ["full_attention"] * len(config.layer_types))
         # (transformers 5 names the cache argument `cache`; earlier versions `past_key_values`)
         self.cache_arg = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
         param = next(model.parameters())
@@ -85,11 +85,17 @@ def _window_off(config):
     saved = [c.sliding_window for c in configs]
     try:
         for c in configs:
-            c.sliding_window = None
+            _set(c, "sliding_window", None)
         yield
     finally:
         for c, w in zip(configs, saved):
-            c.sliding_window = w
+            _set(c, "sliding_window", w)
+
+
+def _set(config, name: str, value) -> None:
+    """config.name = value, past a strict config's validation (huggingface_hub's strict dataclasses, e.g. Cwm's,
+    refuse a sliding_window of None): the window off is kogc's own reading of the model, not a config the user sees."""
+    object.__setattr__(config, name, value)
 
 
 def decode_step(model: nn.Module, max_len: int | None = None) -> nn.Module:
