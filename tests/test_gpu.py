@@ -20,6 +20,27 @@ def test_filtered_launches_run_the_filter_on_the_gpu():
 
 
 @pytest.mark.gpu
+def test_a_model_already_on_the_gpu_compiles():
+    # kogc.compile of a transformers model moved to the GPU first (its RoPE tables probed on the CPU): the kernel's
+    # logits after a prompt are transformers' own
+    import torch
+    transformers = pytest.importorskip("transformers")
+
+    import kogc
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(vocab_size=1000, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512)
+    model = transformers.LlamaForCausalLM(config).half().cuda().eval()
+    ck = kogc.compile(model, max_len=64)
+    from conftest import rel_err
+    for pos, tok in enumerate([3, 4, 5]):
+        logits, _ = ck.step(tok, pos)
+    with torch.no_grad():
+        want = model(torch.tensor([[3, 4, 5]], device="cuda")).logits[0, -1]
+    assert rel_err(logits.float(), want.float()) < 1e-2
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("preset", ["tiny", "smollm2-135m", "qwen2.5-0.5b", "qwen3-0.6b"])
 def test_single_file_llama_on_the_gpu(preset):
     # an ordinary decoder (torch.export frontend; SmolLM2's shapes: width 576, 9 query / 3 KV heads;

@@ -29,6 +29,7 @@ class PosGraph:
         position is kept, also while a probe replaces an activation)."""
         self.consts, self.pos_node, self.fixed = consts, pos_node, fixed
         self.memo: dict[tuple, object] = {}
+        self.on_cpu: dict = {}
 
     def value(self, node, pos: int, subst: dict | None = None, wide: bool = False):
         """node's value at `pos`; `subst` replaces some nodes' values (a probe's input vector). wide:
@@ -47,6 +48,9 @@ class PosGraph:
             v = torch.tensor(pos, dtype=torch.int64)
         elif node in self.consts:
             v = self.consts[node]
+            if isinstance(v, torch.Tensor) and v.device.type != "cpu":
+                # (a model on a GPU: its position tables probed on the CPU, with the probes' own vectors)
+                v = self.on_cpu.setdefault(node, v.cpu())
         elif node.op == "call_function":
             if node.target is torch.ops.aten.type_as.default and isinstance(node.args[1], fx.Node) and \
                     isinstance(node.args[1].meta.get("val"), torch.Tensor):
