@@ -47,6 +47,8 @@ def check_ranks(model, gpus, steps=3, weights="model"):
     # Q, K and V biased (each GPU its rows' bias), a width of 96 (the final norm's exchange in 128 lanes)
     ("Qwen2ForCausalLM", 2, dict(num_attention_heads=6, num_key_value_heads=2, hidden_size=96, intermediate_size=160)),
     ("Qwen3ForCausalLM", 2, dict(head_dim=16)),                 # q and k normed per head: the scale per head
+    # norms without weights (ones), q and k normed after RoPE, a squared-ReLU MLP, soft-capped logits
+    ("NanoChatForCausalLM", 2, dict(pad_token_id=299)),
 ])
 def test_ordinary_decoders_over_gpus_equal_eager(cls, gpus, cfg):
     ck, graph = check_ranks(hf_model(cls, **{**WIDE, **cfg}), gpus, steps=3 if gpus == 4 else 2)
