@@ -615,6 +615,13 @@ def test_unsupported_idiom_is_one_line_with_the_source_line(kwargs, needle):
     assert needle in msg and "test_ordinary.py:" in msg and len(msg.splitlines()) == 1, msg
 
 
+def test_layers_other_than_attention_are_refused_by_kind():
+    # Qwen3-Next's layers of linear attention: one line naming the kind, before anything is traced
+    model = hf_model("Qwen3NextForCausalLM", layer_types=["linear_attention", "full_attention"])
+    with pytest.raises(FrontendError, match="layers of kind 'linear_attention'"):
+        kogc.frontend.decode_step(model)
+
+
 def test_unsupported_idiom_exit_2_from_the_cli(tmp_path, capsys):
     from kogc.cli import main
     f = tmp_path / "softplus.py"

@@ -13,6 +13,12 @@ import inspect
 import torch
 from torch import nn
 
+from .trace import FrontendError
+
+# the kinds of layer (a config's layer_types) kogc compiles; others (linear attention, state spaces, convolutions)
+# are refused by name
+ATTENTION_LAYERS = {"full_attention", "sliding_attention"}
+
 DEFAULT_MAX_LEN = 4096
 
 
@@ -27,6 +33,11 @@ class DecodeStep(nn.Module):
         super().__init__()
         from transformers import StaticCache
         config = model.config.get_text_config()
+        other = sorted(set(getattr(config, "layer_types", None) or ()) - ATTENTION_LAYERS)
+        if other:
+            raise FrontendError(f"{type(model).__name__}: layers of kind {', '.join(map(repr, other))} (its config's "
+                                f"layer_types) are not supported: kogc compiles decoders whose every layer is attention "
+                                f"(full or over a sliding window)")
         limit = getattr(config, "max_position_embeddings", None) or getattr(config, "max_seq_len", None) or \
             DEFAULT_MAX_LEN         # (MPT's is max_seq_len)
         self.max_len = min(max_len or DEFAULT_MAX_LEN, limit)
