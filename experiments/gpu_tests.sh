@@ -11,8 +11,9 @@
 # Part 3's OPT, Falcon, BLOOM and MPT need transformers >= 5.24 (they are skipped with an older one). Where the
 # GPU machine has an older one, carry wheels in .whl (ignored by git) and they are installed first, e.g. here:
 #   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp -d .whl \
-#       transformers==5.25.0 huggingface_hub==2.4.0 kernels==0.19.1 httpx2 tomlkit
-# (what else the machine lacks: `unzip -p .whl/NAME-*.whl '*/METADATA' | grep ^Requires-Dist`).
+#       transformers==5.25.0 huggingface_hub==2.4.0 kernels==0.19.1 httpx2 httpcore2 truststore tomlkit
+# (17 MB; what else the machine lacks or holds older, click, hf-xet, regex among the candidates:
+# `unzip -p .whl/NAME-*.whl '*/METADATA' | grep ^Requires-Dist` against `python3 -m pip show NAME` there).
 set -u
 PART=${1:?usage: gpu_tests.sh 1|2|3}
 : "${OUT:?set OUT to the folder the results go to}"
