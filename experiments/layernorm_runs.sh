@@ -12,7 +12,8 @@
 #   OUT=DIR BENCH="phi-2 bloom-1b7" bash experiments/layernorm_runs.sh phi-2 bloom-1b7 mpt-7b
 set -u
 : "${OUT:?set OUT to the folder the results go to}"
-export PYTHONPATH=${PYTHONPATH:-$PWD} CUDA_MODULE_LOADING=EAGER PYTHONUNBUFFERED=1 OUT
+. experiments/carried_wheels.sh layernorm     # (OPT, BLOOM, MPT: transformers >= 5.24)
+export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD CUDA_MODULE_LOADING=EAGER PYTHONUNBUFFERED=1 OUT
 models=${*:-pythia-1.4b stablelm-2-1.6b phi-1.5 starcoder2-3b}
 git log --oneline -1 > "$OUT/layernorm-commit.txt" 2>/dev/null
 # (GPT-2's table holds 1,024 positions: its cache and context are halved)

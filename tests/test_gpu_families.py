@@ -64,8 +64,8 @@ NEEDS_5_24 = {"opt", "falcon", "bloom", "mpt"}
 def test_family_on_the_gpu(tmp_path, name):
     transformers = pytest.importorskip("transformers")
     if name in NEEDS_5_24 and tuple(int(v) for v in transformers.__version__.split(".")[:2]) < (5, 24):
-        pytest.skip(f"{name} needs transformers >= 5.24 (found {transformers.__version__}): carry its wheel "
-                    f"(experiments/gpu_tests.sh)")
+        pytest.skip(f"{name} needs transformers >= 5.24 (found {transformers.__version__}): carry it "
+                    f"(experiments/carried_wheels.sh)")
     cls, config, cfg = FAMILIES[name]
     check_random_transformers_model(tmp_path, cls, config, 1.0, **V, **cfg)
 
