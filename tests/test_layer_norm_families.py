@@ -58,6 +58,8 @@ def test_layer_norm_families_equal_eager(name):
         assert any(v[0] == "matvec" and v[4].endswith("_store") for v in variants)
 
 
+COHERE = dict(vocab_size=300, hidden_size=96, intermediate_size=160, num_attention_heads=6, num_key_value_heads=2,
+              max_position_embeddings=64, pad_token_id=0, bos_token_id=1, eos_token_id=2)
 MORE = {
     # one norm for parallel sublayers, interleaved RoPE on 8 of each head's 16 dims, a biased LM head
     "gptj": lambda T: T.GPTJForCausalLM(T.GPTJConfig(vocab_size=300, n_embd=96, n_layer=2, n_head=6, n_positions=64,
@@ -76,16 +78,9 @@ MORE = {
                                                      max_position_embeddings=64, pad_token_id=1)),
     # its LayerNorm written out in fp32 with a weight and no bias, parallel sublayers, interleaved RoPE by
     # repeat_interleave, logits scaled
-    "cohere": lambda T: T.CohereForCausalLM(T.CohereConfig(vocab_size=300, hidden_size=96, intermediate_size=160,
-                                                           num_hidden_layers=2, num_attention_heads=6,
-                                                           num_key_value_heads=2, max_position_embeddings=64,
-                                                           pad_token_id=0, bos_token_id=1, eos_token_id=2)),
+    "cohere": lambda T: T.CohereForCausalLM(T.CohereConfig(num_hidden_layers=2, **COHERE)),
     # Cohere's layer with windows of 4 on three layers of four and no RoPE on the global one
-    "cohere2": lambda T: T.Cohere2ForCausalLM(T.Cohere2Config(vocab_size=300, hidden_size=96, intermediate_size=160,
-                                                              num_hidden_layers=4, num_attention_heads=6,
-                                                              num_key_value_heads=2, max_position_embeddings=64,
-                                                              sliding_window=4, pad_token_id=0, bos_token_id=1,
-                                                              eos_token_id=2)),
+    "cohere2": lambda T: T.Cohere2ForCausalLM(T.Cohere2Config(num_hidden_layers=4, sliding_window=4, **COHERE)),
     # Phi-2's heads of 80 (held in 128 lanes), RoPE on 32 dims of each
     "phi_heads_of_80": lambda T: T.PhiForCausalLM(T.PhiConfig(vocab_size=300, hidden_size=160, intermediate_size=256,
                                                              num_hidden_layers=2, num_attention_heads=2,

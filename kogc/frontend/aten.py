@@ -31,7 +31,8 @@ from .aten_attention import AttentionLowering
 from .aten_norms import NormLowering
 from .aten_rope import RopeLowering
 from .aten_values import (CASTS, DTYPE_NAMES, IGNORED, MATMUL, REORDER, SAME, Cache, Const, Norm, PosFn, Region, Scores,
-                          SoftCap, Split, Tok, Vec, aten, flat_args, keeps_order, meta, op_name, short, squeezed)
+                          SoftCap, Split, Tok, Vec, aten, keeps_order, meta, op_name, short, squeezed,
+                          value_args)
 from .builder import IRBuilder
 from .probe import PosGraph
 from .trace import FrontendError, user_frame
@@ -203,8 +204,7 @@ class AtenLowering(IRBuilder, RopeLowering, AttentionLowering, NormLowering):
             return None
         if t is getattr(__import__("operator"), "getitem"):
             return self.getitem(n)
-        # (type_as reads its second argument's dtype alone: NanoChat's norm(x.float()).type_as(x))
-        tensors = [a for a in (n.args[:1] if t is aten.type_as.default else flat_args(n)) if isinstance(a, fx.Node)]
+        tensors = [a for a in value_args(n) if isinstance(a, fx.Node)]
         kinds = [self.env.get(a) for a in tensors]
         if all(isinstance(k, (Const, PosFn)) or k is None for k in kinds):
             return self.constant(n, kinds)

@@ -7,7 +7,7 @@ import torch
 import torch.fx as fx
 
 from ..ir.graph import Op
-from .aten_values import Const, PosFn, Region, Vec, aten, flat_args, meta, op_name
+from .aten_values import Const, PosFn, Region, Vec, flat_args, meta, op_name, value_args
 from .probe import ACTIVATIONS, probe_activation, probe_rope
 from .trace import user_frame
 
@@ -15,8 +15,7 @@ from .trace import user_frame
 class RopeLowering:
     def region(self, n: fx.Node):
         roots = set()
-        # (type_as reads its second argument's dtype alone: NanoChat's norm(x.float()).type_as(x))
-        for a in (n.args[:1] if n.target is aten.type_as.default else flat_args(n)):
+        for a in value_args(n):
             if isinstance(a, fx.Node):
                 v = self.env.get(a)
                 if isinstance(v, Region):

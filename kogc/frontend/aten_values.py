@@ -146,6 +146,12 @@ def flat_args(n: fx.Node):
             yield a
 
 
+def value_args(n: fx.Node):
+    """The arguments whose values n computes with: all of them, but type_as's first alone (its second gives a dtype:
+    NanoChat's norm(x.float()).type_as(x))."""
+    return n.args[:1] if n.target is aten.type_as.default else flat_args(n)
+
+
 def op_name(n: fx.Node) -> str:
     return f"aten.{getattr(n.target, '__name__', str(n.target))}"
 

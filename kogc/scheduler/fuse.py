@@ -209,10 +209,18 @@ def _embedding_norm(n: Node, by: dict[str, Node], users) -> dict | None:
         return dict(out=us[0].name, g=g, b=b, eps=eps, norm=LAYERNORM, nodes=[us[0].name])
     if us[0].op is not Op.RMSNORM or us[0].attrs.get("group"):
         return None
-    after = users[us[0].name]
-    last = after[0] if len(after) == 1 and _scaled_norm(after[0], by) is not None else us[0]
-    _, g, eps, nodes = _norm_input(last, by)
-    return dict(out=last.name, g=g, b=None, eps=eps, norm=RMSNORM, nodes=nodes)
+    last, g, nodes = _with_scale(us[0], by, users)
+    return dict(out=last.name, g=g, b=None, eps=us[0].attrs["eps"], norm=RMSNORM, nodes=nodes)
+
+
+def _with_scale(norm: Node, by: dict[str, Node], users) -> tuple[Node, str, list[str]]:
+    """An RMSNorm with its scale: its only reader norm * g with g a weight, else none (NanoChat's norms: a constant
+    of ones): (the scaled value's node, g, the nodes they make up)."""
+    after = users[norm.name]
+    scaled = _scaled_norm(after[0], by) if len(after) == 1 else None
+    if scaled is not None and scaled[0] is norm:
+        return after[0], scaled[1].name, [norm.name, after[0].name, scaled[1].name]
+    return norm, f"{NORM_ONES}.{norm.type.shape[0]}", [norm.name]
 
 
 def _embedding(n: Node, by: dict[str, Node]) -> tuple[str, str | None, list[str]] | None:
@@ -251,13 +259,11 @@ def _post_rope_norm(rope: Node, by: dict[str, Node], users) -> tuple | None:
     if len(us) != 1 or us[0].op is not Op.RMSNORM or \
             (us[0].attrs.get("group") or width) not in (rope.attrs["head_dim"], width):
         return None
-    norm, after = us[0], users[us[0].name]
-    scaled = _scaled_norm(after[0], by) if len(after) == 1 else None
-    if scaled is not None and scaled[0] is norm:
-        return rope.inputs[0], scaled[1].name, norm.attrs["eps"], norm, after[0]
-    if any(u.op is Op.MUL for u in after):
-        return None
-    return rope.inputs[0], f"{NORM_ONES}.{width}", norm.attrs["eps"], norm, norm
+    norm = us[0]
+    last, g, _ = _with_scale(norm, by, users)
+    if last is norm and any(u.op is Op.MUL for u in users[norm.name]):
+        return None         # (scaled by something other than a weight)
+    return rope.inputs[0], g, norm.attrs["eps"], norm, last
 
 
 def _form_nodes(n: Node, by) -> list[str]:
