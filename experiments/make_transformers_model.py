@@ -1,4 +1,4 @@
-"""A transformers model of a real config (the LayerNorm families and those with learned position embeddings) with
+"""A transformers model of a real config (the LayerNorm families, those with learned positions or ALiBi, Apertus) with
 random fp16 weights, random norm weights and biases, built on the GPU and saved as a model directory, for
 `kogc check` / `kogc bench` on a machine that cannot receive their weights:
 
@@ -18,6 +18,8 @@ layers of 2048, 32 heads of 64, learned positions, ReLU MLP of 8192, 50,272 toke
 Phi-2: 32 layers of 2560, 32 heads of 80 (in 128 lanes), RoPE on 32 dims of each, a gelu_new MLP of 10240, a
 biased LM head of 51,200 tokens. BLOOM-1B7: 24 layers of 2048, 16 heads of 128, ALiBi, the embedding normed,
 250,880 tokens. MPT-7B: 32 layers of 4096, 32 heads of 128, ALiBi, LayerNorms without a bias, 50,432 tokens.
+Apertus-8B: 32 layers of 4096, 32 heads of 128 over 8 KV heads, q and k normed per head, Llama 3's RoPE scaling, an
+xIELU MLP of 21504 (its constants at their initial values), 131,072 tokens.
 """
 import sys
 import time
@@ -55,6 +57,9 @@ CONFIGS = {
     "gpt-j-6b": ("GPTJForCausalLM", lambda: transformers.GPTJConfig(
         vocab_size=50400, n_embd=4096, n_layer=28, n_head=16, rotary_dim=64, n_positions=2048,
         tie_word_embeddings=False)),
+    "apertus-8b": ("ApertusForCausalLM", lambda: transformers.ApertusConfig(
+        vocab_size=131072, hidden_size=4096, intermediate_size=21504, num_hidden_layers=32, num_attention_heads=32,
+        num_key_value_heads=8, max_position_embeddings=65536, pad_token_id=3)),
 }
 
 if len(sys.argv) != 3 or sys.argv[1] not in CONFIGS:

@@ -157,7 +157,7 @@ def test_written_out_activations():
     assert [n.op for n in graph.nodes if n.op in (Op.SILU, Op.GELU, Op.GELU_TANH)] == [Op.GELU]
     with pytest.raises(FrontendError) as e:       # a cube is no activation kogc knows
         to_ir(WrittenOut(lambda x: torch.pow(x, 3.0)))
-    assert "neither an activation function (gelu_tanh, gelu, silu) nor a rotary embedding" in str(e.value)
+    assert "neither an activation function (gelu_tanh, gelu, silu, xielu) nor a rotary embedding" in str(e.value)
 
 
 def test_layer_norm_without_a_bias():

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from ..ir.executor import xielu
 from ..scheduler.fuse import ACT_STORE, CACHE, GATED_KINDS, LAYERNORM, RMSNORM, ROPE_CACHE, ROPE_STORE
 
 
@@ -30,7 +31,8 @@ class Shapes:
     vocab: int
     qkv_bias: bool = False   # Q, K and V with a bias (Qwen2)
     qk_norm: bool = False    # q and k normed per head before RoPE (Qwen3)
-    act: str = "silu"        # the MLP's activation: silu, gelu, gelu_tanh (Gemma), relu (OPT) or relu2 (Nemotron)
+    act: str = "silu"        # the MLP's activation: silu, gelu, gelu_tanh (Gemma), relu (OPT), relu2 (Nemotron) or
+                             # xielu (Apertus)
     windows: tuple = ()      # per layer, a sliding window's positions (0: all); () for none
     layer_norm: bool = False  # F.layer_norm (weight and bias) instead of F.rms_norm
     gated: bool = True       # act(gate) * up; False: a plain MLP, act(W1 h)
@@ -121,7 +123,9 @@ def step_fn(s: Shapes, context: int, device: str, seed: int = 0, world: int = 1,
     pos = torch.tensor([context], device=device)
     reduce = all_reduce or (lambda t, op="sum": None)
     act = {"silu": F.silu, "gelu": F.gelu, "gelu_tanh": lambda t: F.gelu(t, approximate="tanh"), "relu": F.relu,
-           "relu2": lambda t: torch.square(F.relu(t))}[s.act]
+           "relu2": lambda t: torch.square(F.relu(t)),
+           # (Apertus's constants at their initial values: the work, not the values, is what is timed)
+           "xielu": lambda t: xielu(t, dict(alpha_p=0.8, alpha_n=0.8, beta=0.5, eps=-1e-6))}[s.act]
 
     def norm(x):
         return F.layer_norm(x, (D,), ones, zeros) if s.layer_norm else F.rms_norm(x, (D,), ones)

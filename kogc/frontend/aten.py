@@ -314,7 +314,8 @@ class AtenLowering(IRBuilder, RopeLowering, AttentionLowering, NormLowering):
                 self.fail("tanh of an activation is supported only as the logits' soft cap (c * tanh(logits / c), "
                           "the LM head's output)")
             return SoftCap(x)
-        if t in (aten.pow.Tensor_Scalar, aten.tanh.default, aten.exp.default, aten.sigmoid.default, aten.erf.default):
+        if t in (aten.pow.Tensor_Scalar, aten.tanh.default, aten.exp.default, aten.sigmoid.default, aten.erf.default,
+                 aten.expm1.default, aten.minimum.default, aten.min.other, aten.gt.Scalar, aten.where.self):
             return self.region(n)       # part of an activation written out (materialize probes it)
         if t is aten.neg.default:
             return Vec(self.emit(Op.SCALE, [self.vec(n.args[0])], {"factor": -1.0}, hint="scale"))

@@ -8,7 +8,7 @@ import torch.fx as fx
 
 from ..ir.graph import Op
 from .aten_values import Const, PosFn, Region, Vec, flat_args, meta, op_name, value_args
-from .probe import ACTIVATIONS, probe_activation, probe_rope
+from .probe import ACTIVATIONS, probe_activation, probe_rope, probe_xielu
 from .trace import user_frame
 
 
@@ -26,7 +26,8 @@ class RopeLowering:
                     self.fail(f"unsupported op {op_name(n)} on {self.describe(a)}")
         if len({ir for _, ir in roots}) != 1:
             # (a constant multiple of the region's activation is the same activation, GPT-2's and Phi-2's
-            # written-out GELU, 0.5 * x * (1 + tanh(...)): the region is rooted at that activation's first fx node)
+            # written-out GELU, 0.5 * x * (1 + tanh(...)), as is a sum of such terms, xIELU's alpha_p * x * x +
+            # beta * x: the region is rooted at that activation's first fx node)
             unscaled = {self.unscaled(ir) for _, ir in roots}
             if len(unscaled) == 1:
                 ir = unscaled.pop()
@@ -38,11 +39,12 @@ class RopeLowering:
 
     def unscaled(self, ir: str) -> str:
         """The activation a SCALE node (or a chain of them) multiplies, or that a MUL multiplies by itself or its
-        multiples (BLOOM's GELU written out: 0.044715 * x * x); ir itself otherwise."""
+        multiples (BLOOM's GELU written out: 0.044715 * x * x), or that an ADD or SUB combines with its multiples;
+        ir itself otherwise."""
         node = self.by_name(ir)
         if node.op is Op.SCALE:
             return self.unscaled(node.inputs[0])
-        if node.op is Op.MUL and len({self.unscaled(i) for i in node.inputs}) == 1:
+        if node.op in (Op.MUL, Op.ADD, Op.SUB) and len({self.unscaled(i) for i in node.inputs}) == 1:
             return self.unscaled(node.inputs[0])
         return ir
 
@@ -64,8 +66,12 @@ class RopeLowering:
             return self.posgraph.value(r.node, pos, subst=subst, wide=True).reshape(-1)
 
         act = probe_activation(f, root.numel(), self.max_pos or 1)
-        if act is not None:
-            ir = self.emit(ACTIVATIONS[act], [r.ir], hint=act)
+        xielu = None if act is not None else probe_xielu(f, root.numel(), self.max_pos or 1)
+        if act is not None or xielu is not None:
+            if xielu is not None:    # (its constants as the model holds them: in its dtype)
+                xielu = {k: float(torch.tensor(v, dtype=out.dtype)) for k, v in xielu.items()}
+            ir = self.emit(ACTIVATIONS[act], [r.ir], hint=act) if act else \
+                self.emit(Op.XIELU, [r.ir], xielu, hint="xielu")
             self.where = where
             self.ropes[r.node] = ir
             return ir
@@ -78,7 +84,7 @@ class RopeLowering:
                 self.probed[sig] = rope
         if rope is None:
             self.fail(f"unsupported op {op_name(r.node)}: these ops on an activation are neither an activation "
-                      f"function ({', '.join(ACTIVATIONS)}) nor a rotary embedding (RoPE) kogc recognises")
+                      f"function ({', '.join(ACTIVATIONS)}, xielu) nor a rotary embedding (RoPE) kogc recognises")
         src = r.ir
         if rope.pairing == "half":      # rotate-half: the weight's rows reordered so that pairs interleave
             src = self.pairs_interleaved(src, (hd, rope.rotary) if rope.rotary else (hd,))

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 import torch.fx as fx
 
-from ..ir.executor import RUNNERS
+from ..ir.executor import RUNNERS, xielu
 from ..ir.graph import Op
 
 
@@ -190,6 +190,32 @@ def probe_activation(f, n: int, max_pos: int) -> str | None:
                for at in got for g, w in zip(at, want)):
             return name
     return None
+
+
+def probe_xielu(f, n: int, max_pos: int) -> dict | None:
+    """The constants of xIELU (kogc.ir.executor.xielu: Apertus's activation, each layer's own) where f computes it
+    at every probed position, else None: alpha_p and beta from f at 1 and 2, alpha_n from f at -1, eps from f at 0,
+    then checked on inputs from -8 to 8 (within fp32 rounding)."""
+    x = torch.zeros(n)
+    x[:4] = torch.tensor([1.0, 2.0, -1.0, 0.0])
+    try:
+        f1, f2, fm1, f0 = f(x, 0).double()[:4].tolist()
+    except (RuntimeError, ValueError):
+        return None
+    alpha_p = (f2 - 2 * f1) / 2
+    beta = f1 - alpha_p
+    alpha_n = (fm1 + beta) / math.exp(-1.0)      # f(-1) = (expm1(-1) + 1) alpha_n - beta
+    if not alpha_n or not -1 < f0 / alpha_n < 0:
+        return None
+    attrs = {"alpha_p": alpha_p, "alpha_n": alpha_n, "beta": beta, "eps": math.log1p(f0 / alpha_n)}
+    gen = torch.Generator().manual_seed(0)
+    xs = [torch.linspace(-8.0, 8.0, n), torch.randn(n, generator=gen) * 3]
+    try:
+        ok = all(torch.allclose(f(x, pos).double(), xielu(x, attrs).double(), rtol=1e-5, atol=1e-6)
+                 for pos in probe_positions(max_pos) for x in xs)
+    except (RuntimeError, ValueError):
+        return None
+    return attrs if ok else None
 
 
 def _holds(f, r: Rope, n: int, max_pos: int) -> bool:

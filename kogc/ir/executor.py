@@ -153,6 +153,17 @@ def alibi_bias(alibi: dict, lo: int, end: int, dtype) -> torch.Tensor:
     return bias.to(dtype).float() if alibi.get("rounded") else bias
 
 
+XIELU_CONSTANTS = ("alpha_p", "alpha_n", "beta", "eps")     # (in this order in a matvec task's arguments too:
+                                                            # kogc.scheduler.tasks.A_XIELU)
+
+
+def xielu(x: torch.Tensor, attrs: dict) -> torch.Tensor:
+    """xIELU (Apertus's activation) as transformers computes it, in x's dtype (each op rounded there), the
+    constants held in that dtype as the model holds them."""
+    ap, an, beta, eps = (torch.tensor(attrs[k], dtype=x.dtype) for k in XIELU_CONSTANTS)
+    return torch.where(x > 0, ap * x * x + beta * x, (torch.expm1(torch.minimum(x, eps)) - x) * an + beta * x)
+
+
 def _argmax(node, args, types):
     return torch.argmax(args[0])
 
@@ -169,6 +180,7 @@ RUNNERS: dict[Op, Callable] = {
     Op.GELU_TANH: lambda n, a, t: torch.nn.functional.gelu(a[0], approximate="tanh"),
     Op.RELU: lambda n, a, t: torch.relu(a[0]),
     Op.RELU2: lambda n, a, t: torch.square(torch.relu(a[0])),
+    Op.XIELU: lambda n, a, t: xielu(a[0], n.attrs),
     Op.MATVEC: _matvec,
     Op.ROPE: _rope,
     Op.KV_WRITE: _kv_write,

@@ -32,6 +32,8 @@ class Op(enum.Enum):
     GELU_TANH = "gelu_tanh"          # tanh's approximation (approximate="tanh": Gemma's gelu_pytorch_tanh)
     RELU = "relu"
     RELU2 = "relu2"       # squared ReLU, relu(x)^2 (Nemotron, Arcee)
+    XIELU = "xielu"                  # Apertus's activation: x > 0: alpha_p x^2 + beta x, else (expm1(min(x, eps)) - x)
+                                     # alpha_n + beta x; attrs: alpha_p, alpha_n, beta, eps (each layer its own)
     MATVEC = "matvec"                # (W [N, K], x [K][, bias [N]]) -> [N], per lane when W is lane-batched; attrs:
                                      # softcap c on the LM head: c * tanh(W x) (Gemma 2's logits, 1/c in W's view)
     ROPE = "rope"                    # interleaved pairs; (x [n*hd], pos); attrs: head_dim, theta
@@ -48,6 +50,7 @@ class Op(enum.Enum):
 
 LEAF_OPS = frozenset({Op.INPUT, Op.PARAM, Op.STATE})
 ELEMENTWISE_BINARY = frozenset({Op.MUL, Op.ADD, Op.SUB})
+ACTIVATION_OPS = (Op.SILU, Op.GELU, Op.GELU_TANH, Op.RELU, Op.RELU2, Op.XIELU)   # elementwise, one input
 DTYPES = ("float32", "float16", "bfloat16", "int64")
 
 

@@ -22,14 +22,14 @@ from __future__ import annotations
 import dataclasses
 
 from ..errors import KogcError
-from .graph import Graph, Node, Op, ValueType
+from .graph import ACTIVATION_OPS, Graph, Node, Op, ValueType
 from .typing import infer
 from .verify import verify
 from .views import view_name
 
 REPLICATED, SPLIT, PARTIAL, SHARED = "replicated", "split", "partial", "shared"
 # ops computed lane by lane: the result keeps its input's kind
-LANEWISE = (Op.SCALE, Op.SILU, Op.GELU, Op.GELU_TANH, Op.RELU, Op.RELU2, Op.ROPE)
+LANEWISE = (Op.SCALE, *ACTIVATION_OPS, Op.ROPE)
 
 
 class LanesError(KogcError):

@@ -5,7 +5,7 @@ one, so the two can never disagree. A rule raises IRTypeError saying what does n
 """
 from __future__ import annotations
 
-from .graph import ELEMENTWISE_BINARY, Op, ValueType
+from .graph import ACTIVATION_OPS, ELEMENTWISE_BINARY, Op, ValueType
 
 
 class IRTypeError(ValueError):
@@ -178,7 +178,8 @@ _RULES = {
     Op.INPUT: _leaf, Op.PARAM: _leaf, Op.STATE: _leaf,
     Op.EMBED: _embed,
     Op.BROADCAST_LANES: _broadcast_lanes,
-    Op.RMSNORM: _rmsnorm, Op.LAYERNORM: _layernorm, Op.SCALE: _same, Op.SILU: _same, Op.GELU: _same, Op.GELU_TANH: _same, Op.RELU: _same, Op.RELU2: _same,
+    Op.RMSNORM: _rmsnorm, Op.LAYERNORM: _layernorm, Op.SCALE: _same,
+    **{act: _same for act in ACTIVATION_OPS},
     Op.MATVEC: _matvec,
     Op.ROPE: _rope,
     Op.KV_WRITE: _kv_write,
@@ -189,7 +190,8 @@ _RULES = {
     Op.OUTPUT: lambda ins, attrs: None,
 }
 
-ARITY = {Op.EMBED: 2, Op.BROADCAST_LANES: 1, Op.RMSNORM: 1, Op.LAYERNORM: (1, 2, 3), Op.SCALE: 1, Op.SILU: 1, Op.GELU: 1, Op.GELU_TANH: 1, Op.RELU: 1, Op.RELU2: 1,
+ARITY = {Op.EMBED: 2, Op.BROADCAST_LANES: 1, Op.RMSNORM: 1, Op.LAYERNORM: (1, 2, 3), Op.SCALE: 1,
+         **{act: 1 for act in ACTIVATION_OPS},
          Op.MATVEC: (2, 3),
          Op.ROPE: 2, Op.KV_WRITE: 3, Op.ATTENTION: 4, Op.LANE_SUM: 1, Op.LANE_MEAN: 1,
          Op.LANE_SUM_OTHERS: 1, Op.ARGMAX: 1, Op.MUL: 2, Op.ADD: 2, Op.SUB: 2,

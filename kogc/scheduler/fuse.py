@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..ir.executor import XIELU_CONSTANTS
 from ..ir.graph import Graph, Node, Op
 from .config import ESIZE, TileConfig, tile_rows
 from .errors import SchedulerError
@@ -24,7 +25,7 @@ GATED_KINDS = frozenset(GATED.values())
 # an epilogue storing act(its rows) (a plain MLP's first matvec: GPT-NeoX's, Starcoder2's, OPT's, Nemotron's), one
 # kind per act
 ACT_STORE = {Op.SILU: "silu_store", Op.GELU: "gelu_store", Op.GELU_TANH: "gelu_tanh_store", Op.RELU: "relu_store",
-             Op.RELU2: "relu2_store"}
+             Op.RELU2: "relu2_store", Op.XIELU: "xielu_store"}
 # epilogues: what it does with its result rows (or a gated kind)
 STORE, ROPE_STORE, ROPE_CACHE, CACHE, RESIDUAL, STORE_ARGMAX = (
     "store", "rope_store", "rope_cache", "cache", "residual", "store_argmax")
@@ -350,6 +351,8 @@ def _matvec(n: Node, by, users, order, take, residual_done, paired) -> FusedOp:
         # act(rows) read only by matvecs (a plain MLP): computed once here, not in every reader's prologue
         take(us[0].name)
         p.update(epilogue=ACT_STORE[us[0].op], out=us[0].name)
+        if us[0].op is Op.XIELU:     # (its constants, each layer's own, in the task's arguments)
+            p.update(xielu=[us[0].attrs[k] for k in XIELU_CONSTANTS])
     elif any(u.op is Op.ARGMAX for u in us):
         p.update(epilogue=STORE_ARGMAX, out=n.name, softcap=n.attrs.get("softcap", 0.0))
     else:

@@ -24,6 +24,8 @@ A_BIAS = A_H        # a biased matvec: its rows' bias in the small arena (never 
 A_ROPE = A_TERM     # RoPE (a matvec's rope epilogue, head_norm): its table's first element in COS and SIN
 A_NORM_BIAS = A_TERM_COEF   # a LayerNorm's bias in the small arena (a matvec's prologue, the final norm; never a
                             # residual epilogue: fuse)
+A_XIELU = (A_TERM, A_TERM_STRIDE, A_TERM_SEL, A_OWN_COEF)   # xIELU's alpha_p, alpha_n, beta and eps as fp32 bits (a
+                                                            # matvec's store epilogue: no residual term)
 A_WINDOW = A_TERM   # attention: its sliding window W (positions max(0, pos - W + 1)..pos; 0: 0..pos)
 A_ALIBI = A_TERM_STRIDE     # attention with ALiBi: its slopes' first element in COS, and the offset c of its
 A_ALIBI_AT = A_EPS          # bias slope_h * (k + c) (kogc.ir.executor.alibi_bias)

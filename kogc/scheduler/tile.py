@@ -18,7 +18,7 @@ from .fuse import (ALL, ATTN_COMBINE, GATED_KINDS, LAYERNORM, OTHERS, OWN, PLAIN
                    STORE_ARGMAX, FusedOp, is_pow2, norm_constant)
 from .tasks import (A_ALIBI, A_ALIBI_AT, A_BIAS, A_CACHE, A_EPS, A_H, A_KEYS, A_NORM_BIAS, A_OUT, A_OWN_COEF, A_RECV, A_RECV_STRIDE, A_RES_OUT,
                     A_ROPE, A_ROW0,
-                    A_SLOT, A_TERM, A_TERM_COEF, A_TERM_SEL, A_TERM_STRIDE, A_WINDOW, A_X, A_X2, NARGS, SELECT_CODES,
+                    A_SLOT, A_TERM, A_TERM_COEF, A_TERM_SEL, A_TERM_STRIDE, A_WINDOW, A_X, A_X2, A_XIELU, NARGS, SELECT_CODES,
                     TOKEN_KEYS, Exchange, Region, Task, WeightTile, next_pow2)
 
 def f32_bits(x: float) -> int:
@@ -312,6 +312,8 @@ def _tile_matvec(op, by, lay, val, new, cfg, es, lanes_of, sent=(), recv_slot=No
                 a[A_BIAS] = lay.at(p["bias"], l, r0)
             if epi in (ROPE_STORE, ROPE_CACHE):
                 a[A_ROPE] = rope_at[p["rope"]]
+            for i, v in zip(A_XIELU, p.get("xielu", ())):
+                a[i] = f32_bits(v)
             reads, writes = list(x_reads), []
             if p["out"]:
                 a[A_OUT] = lay.at(p["out"], l, r0)
