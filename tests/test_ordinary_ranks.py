@@ -66,6 +66,16 @@ def test_biased_and_parallel_blocks_over_gpus_equal_eager():
     assert any(n.attrs.get("view", [[None]])[-1][0] == "lane_first" for n in graph.nodes if n.op is Op.PARAM)
 
 
+def test_biased_lm_head_over_gpus_equals_eager():
+    # Phi: the LM head's bias (random here) cut into the ranks' vocabulary shards as its rows are; 4 ranks of 75 rows
+    from test_layer_norm_families import family
+    model = family("phi", num_key_value_heads=8, hidden_size=128, num_attention_heads=8, intermediate_size=192)
+    with torch.no_grad():
+        model.lm_head.bias.normal_(0.0, 1.0)
+    ck, graph = check_ranks(model, 4, steps=1)
+    assert [n.attrs["row0"] for n in ck.schedules[1].graph.nodes if n.op is Op.PARAM and n.attrs.get("row0")] == [75, 75]
+
+
 def test_fp8_weights_over_gpus():
     # each GPU's column slices quantized per row of its own tiles; the references run the same quantized weights
     check_ranks(hf_model("LlamaForCausalLM", **WIDE), 2, steps=1, weights="fp8")

@@ -63,15 +63,17 @@ def shard(graph: Graph, ranks: int, rank: int) -> Graph:
         raise ShardError(f"--gpus {ranks}: the argmax's input must be one shared LM head matvec, "
                          f"got {head.op.value} at {head.source or '?'}")
     head_w = by[head.inputs[0]]
-    if len(head.inputs) == 3:
-        raise ShardError(f"--gpus {ranks}: an LM head with a bias is not cut into vocabulary shards, at "
+    head_b = by[head.inputs[2]] if len(head.inputs) == 3 else None     # (Phi's, GPT-J's: cut as its rows are)
+    if head_b is not None and head_b.op is not Op.PARAM:
+        raise ShardError(f"--gpus {ranks}: the LM head's bias must be a parameter, got {head_b.op.value} at "
                          f"{head.source or '?'}")
     vocab = head.type.shape[0]
     if vocab < ranks:
         raise ShardError(f"--gpus {ranks}: a vocabulary of {vocab} cannot be cut into {ranks} shards")
     row0, rows = vocab_shard(vocab, ranks, rank)
-    if sum(1 for n in graph.nodes if head_w.name in n.inputs) != 1:
-        raise ShardError(f"--gpus {ranks}: the LM head weight {head_w.attrs['name']} is also used elsewhere")
+    for p in (head_w, head_b) if head_b is not None else (head_w,):
+        if sum(1 for n in graph.nodes if p.name in n.inputs) != 1:
+            raise ShardError(f"--gpus {ranks}: the LM head's {p.attrs['name']} is also used elsewhere")
 
     out = []
     for n in graph.nodes:
@@ -86,7 +88,7 @@ def shard(graph: Graph, ranks: int, rank: int) -> Graph:
             attrs["lanes"] = local
         if n.op in LANE_REDUCTIONS:
             attrs.update(ranks=ranks, total_lanes=L)
-        if n.name == head_w.name:
+        if n.name == head_w.name or head_b is not None and n.name == head_b.name:
             attrs["row0"] = row0
             t = dataclasses.replace(t, shape=(rows,) + t.shape[1:])
         if n.name == head.name:

@@ -148,6 +148,8 @@ def allocate(schedule: Schedule, weights: dict[str, torch.Tensor], device, profi
             w = weights[n.attrs["name"]].detach()
             if lanes:       # one rank's lanes of a per-lane scale (kogc.ir.shard)
                 w = w[n.attrs.get("lane0", 0):n.attrs.get("lane0", 0) + lanes]
+            elif "row0" in n.attrs:     # one rank's vocabulary shard of the LM head's bias
+                w = w[n.attrs["row0"]:n.attrs["row0"] + per_lane]
             small[off:off + per_lane * max(lanes, 1)] = w.reshape(-1).to("cpu", dtype)
     for name, (arena, off, per_lane, _) in lay.slots.items():
         if arena == "small" and norm_constant(name) is not None:      # a LayerNorm's missing weight (1) or bias (0)
