@@ -70,6 +70,9 @@ def test_family_on_the_gpu(tmp_path, name):
     if name in NEEDS_5_24 and tuple(int(v) for v in transformers.__version__.split(".")[:2]) < (5, 24):
         pytest.skip(f"{name} needs transformers >= 5.24 (found {transformers.__version__}): carry it "
                     f"(experiments/carried_wheels.sh)")
+    import torch
+    if name == "mpt" and tuple(int(v) for v in torch.__version__.split("+")[0].split(".")[:2]) < (2, 13):
+        pytest.skip(f"mpt's ALiBi slice at the cache's length captures with torch >= 2.13 (found {torch.__version__})")
     cls, config, cfg = FAMILIES[name]
     check_random_transformers_model(tmp_path, cls, config, 1.0, **V, **cfg)
 

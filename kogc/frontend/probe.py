@@ -55,14 +55,19 @@ class PosGraph:
             if node.target is torch.ops.aten.type_as.default and isinstance(node.args[1], fx.Node) and \
                     isinstance(node.args[1].meta.get("val"), torch.Tensor):
                 # (its second argument gives a dtype alone: NanoChat's norm(x.float()).type_as(x))
-                args = [self.value(node.args[0], pos, subst, wide), node.args[1].meta["val"].new_empty(())]
+                args = [self.value(node.args[0], pos, subst, wide),
+                        torch.empty((), dtype=node.args[1].meta["val"].dtype)]
             else:
                 args = [self.value(a, pos, subst, wide) for a in node.args]
             kwargs = {k: self.value(a, pos, subst, wide) for k, a in node.kwargs.items()}
+            if "device" in kwargs:      # (a model on a GPU: what its graph creates there, made on the CPU)
+                kwargs["device"] = torch.device("cpu")
             name = getattr(node.target, "__name__", str(node.target))
             if name.split(".")[0].endswith("_") and args and isinstance(args[0], torch.Tensor):
                 args[0] = args[0].clone()           # in place on a private copy: the graph's constants stay
             v = node.target(*args, **kwargs)
+            if isinstance(v, torch.Tensor) and v.device.type != "cpu":
+                v = v.cpu()
             if wide and isinstance(v, torch.Tensor) and v.dtype in (torch.float16, torch.bfloat16):
                 v = _widened(node, args, kwargs, v)
         else:
