@@ -168,3 +168,16 @@ def test_laneformer_max_len_sets_its_cache_and_keeps_the_presets_placement():
     assert not hasattr(lf.kogc_model("laneformer-2b", device="meta", seed=None, num_lanes=4), "kogc_placement")
     with pytest.raises(ValueError, match="cannot be overridden"):
         lf.kogc_model(checkpoint="/nonexistent-dir", num_lanes=4)
+
+
+def test_position_probes_make_on_the_cpu_what_a_gpu_models_graph_makes_there():
+    # a model on a GPU: the cache's positions its graph makes there (arange(..., device=)) are made on the CPU, beside
+    # the probes' own positions (the meta device stands in for CUDA: the same mismatch without it)
+    import torch.fx as fx
+
+    from kogc.frontend.probe import PosGraph
+    g = fx.Graph()
+    pos = g.placeholder("pos")
+    at = g.call_function(torch.ops.aten.arange.start, (0, 1), {"device": torch.device("meta"), "dtype": torch.int64})
+    out = g.call_function(torch.ops.aten.add.Tensor, (at, g.call_function(torch.ops.aten.reshape.default, (pos, [1]))))
+    assert PosGraph({}, pos).value(out, 3).tolist() == [3]
