@@ -66,12 +66,11 @@ class RopeLowering:
             return self.posgraph.value(r.node, pos, subst=subst, wide=True).reshape(-1)
 
         act = probe_activation(f, root.numel(), self.max_pos or 1)
-        xielu = None if act is not None else probe_xielu(f, root.numel(), self.max_pos or 1)
-        if act is not None or xielu is not None:
-            if xielu is not None:    # (its constants as the model holds them: in its dtype)
-                xielu = {k: float(torch.tensor(v, dtype=out.dtype)) for k, v in xielu.items()}
-            ir = self.emit(ACTIVATIONS[act], [r.ir], hint=act) if act else \
-                self.emit(Op.XIELU, [r.ir], xielu, hint="xielu")
+        xielu = None if act else probe_xielu(f, root.numel(), self.max_pos or 1)
+        if act or xielu:
+            # (xIELU's constants as the model holds them: in its dtype)
+            ir = self.emit(ACTIVATIONS[act], [r.ir], hint=act) if act else self.emit(
+                Op.XIELU, [r.ir], {k: float(torch.tensor(v, dtype=out.dtype)) for k, v in xielu.items()}, hint="xielu")
             self.where = where
             self.ropes[r.node] = ir
             return ir
