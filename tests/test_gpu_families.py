@@ -47,8 +47,8 @@ FAMILIES = {   # (model class, config class, the config: 4 layers each)
     "nanochat": ("NanoChatForCausalLM", "NanoChatConfig", dict(hidden_size=1024, intermediate_size=4096,
                  num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=8, max_position_embeddings=4096,
                  pad_token_id=0)),
-    # xIELU (Apertus's activation: its constants in the kernel's small vectors), q and k normed per head, Llama 3's
-    # RoPE scaling
+    # xIELU (Apertus's activation: its constants in the up projection's task arguments), q and k normed per head,
+    # Llama 3's RoPE scaling
     "apertus": ("ApertusForCausalLM", "ApertusConfig", dict(hidden_size=1024, intermediate_size=4096,
                 num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=2, pad_token_id=0)),
     # each sublayer's output normed and scaled by a residual multiplier (folded into the norm's scale)

@@ -1,12 +1,12 @@
 """xIELU (Apertus's activation): its constants, each layer's own, found by probing the ops transformers writes it
 with (a branch by torch.where, expm1 of a minimum), one IR op, `xielu`, formed by the up projection's tasks with
-the constants held among the kernel's small vectors. Eager, the IR and the kernel under Triton's interpreter agree
+the constants in their task arguments. Eager, the IR and the kernel under Triton's interpreter agree
 in fp32 within 1e-5 on inputs that reach both branches; a 16-bit kernel follows the IR."""
 import pytest
 import torch
 from test_layer_norm_families import WrittenOut
-from test_ordinary import assert_equals_eager, assert_fp8_kernel_equals_its_weights, assert_fp16_kernel_follows_the_ir, \
-    hf_model
+from test_ordinary import (assert_equals_eager, assert_fp8_kernel_equals_its_weights,
+                          assert_fp16_kernel_follows_the_ir, hf_model)
 from test_ordinary_ranks import WIDE, check_ranks
 
 from kogc.frontend import FrontendError, to_ir

@@ -71,7 +71,8 @@ def shard(graph: Graph, ranks: int, rank: int) -> Graph:
     if vocab < ranks:
         raise ShardError(f"--gpus {ranks}: a vocabulary of {vocab} cannot be cut into {ranks} shards")
     row0, rows = vocab_shard(vocab, ranks, rank)
-    for p in (head_w, head_b) if head_b is not None else (head_w,):
+    cut = {p.name: p for p in (head_w, head_b) if p is not None}     # the parameters cut into vocabulary shards
+    for p in cut.values():
         if sum(1 for n in graph.nodes if p.name in n.inputs) != 1:
             raise ShardError(f"--gpus {ranks}: the LM head's {p.attrs['name']} is also used elsewhere")
 
@@ -88,7 +89,7 @@ def shard(graph: Graph, ranks: int, rank: int) -> Graph:
             attrs["lanes"] = local
         if n.op in LANE_REDUCTIONS:
             attrs.update(ranks=ranks, total_lanes=L)
-        if n.name == head_w.name or head_b is not None and n.name == head_b.name:
+        if n.name in cut:
             attrs["row0"] = row0
             t = dataclasses.replace(t, shape=(rows,) + t.shape[1:])
         if n.name == head.name:
