@@ -395,3 +395,30 @@ def test_bench_of_ranks_checks_them_and_the_one_gpu_kernel_against_eager(tmp_pat
     assert rc == 0 and res["passed"], text
     assert all(c["rel_err"] < 1e-4 and c["token"] == c["eager_token"] for c in res["checks"].values())
     assert f"{label} against eager at position 16: rel err" in text
+
+
+def test_a_16_bit_step_missing_the_limit_is_decided_by_an_fp32_copy():
+    # where eager fp16 is the noisier side, logits nearer an fp32 copy of the same weights and cache than eager's
+    # pass with their token; logits farther from it than eager's, or another token, fail
+    from conftest import tiny
+
+    import copy
+
+    from kogc.bench.against_eager import _eager_step, format_check, fp32_verdict
+    from kogc.frontend import to_ir
+    from kogc.runtime.kernel import kv_cache_buffers, randomize_kv
+    model = tiny(seed=3, dtype=torch.float16)
+    randomize_kv(kv_cache_buffers(to_ir(model), model), 5, torch.Generator().manual_seed(3))
+    eager, _ = _eager_step(model, 5, "cpu", 0)
+    ref32, _ = _eager_step(copy.deepcopy(model).float(), 5, "cpu", 0)
+    assert 0 < float((eager - ref32).norm()) and eager.dtype == torch.float32
+    top = int(ref32.argmax())
+    near = fp32_verdict(model, 5, "cpu", 0, ref32 + 0.1 * (eager - ref32), top, eager, torch.float16)
+    assert near["ok"] and near["kogc_rel_err"] < near["eager_rel_err"], near
+    far = fp32_verdict(model, 5, "cpu", 0, ref32 + 3 * (eager - ref32), top, eager, torch.float16)
+    assert not far["ok"] and far["kogc_rel_err"] > far["eager_rel_err"], far
+    other = int(ref32.argmin())
+    assert fp32_verdict(model, 5, "cpu", 0, ref32, other, eager, torch.float16)["argmax_miss"] is not None
+    line = format_check("kogc", {"position": 5, "rel_err": 0.03, "limit": 1e-2, "token": top, "eager_token": top,
+                                 "argmax_miss": None, "ok": True, "fp32": near})
+    assert "against an fp32 copy kogc" in line and line.endswith(": ok")
