@@ -49,6 +49,19 @@ def test_sweep_under_the_interpreter(tmp_path, capsys, monkeypatch):
     assert res["passed"] and len(text.strip().splitlines()) == 4 and "vs eager" in text
 
 
+@CPU_ONLY
+def test_sweep_lets_an_fp32_copy_decide_a_16_bit_step_that_misses_the_limit(monkeypatch, capsys):
+    # a limit below 0 so that an fp16 model's step misses it: the row then carries the fp32 copy's verdict,
+    # kogc's and eager's errors against it, and its ok is that verdict
+    import kogc.bench.sweep as sweep
+    monkeypatch.setattr(sweep, "default_max_rel_err", lambda dtype: -1.0)
+    res = sweep.run_sweep(MICRO, "micro", "[{}]", [6], steps=1, reps=1, interpret=True,
+                          overrides={"torch_dtype": "float16"}, quiet=True)
+    row = res["rows"][0]
+    f = row["fp32"]
+    assert f["eager_rel_err"] > 0 and row["ok"] == f["ok"] == res["passed"], row
+    assert "against an fp32 copy" in sweep.format_row(row)
+
 def test_variants_are_parsed_and_checked():
     (v, cfg, opts), = parse_variants('[{"attn_splits": 4, "num_programs": 8}]', interpret=True)
     assert v == {"attn_splits": 4, "num_programs": 8} and cfg.attn_splits == 4 and opts == {"num_programs": 8}
