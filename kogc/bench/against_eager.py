@@ -103,6 +103,6 @@ def format_check(name: str, c: dict) -> str:
     verdict = "ok" if c["ok"] else "FAILED"
     f = c.get("fp32")
     fp32 = ("" if f is None else f"; against an fp32 copy kogc {f['kogc_rel_err']:.1e}, eager "
-            f"{f['eager_rel_err']:.1e}" + ("" if f["argmax_miss"] is None else ", another token than its"))
+            f"{f['eager_rel_err']:.1e}" + ("" if f["argmax_miss"] is None else ", not its token"))
     return (f"{name} against eager at position {c['position']}: rel err {c['rel_err']:.1e} (limit "
             f"{c['limit']:.0e}), {token}{fp32}: {verdict}")
