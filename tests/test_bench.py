@@ -400,9 +400,9 @@ def test_bench_of_ranks_checks_them_and_the_one_gpu_kernel_against_eager(tmp_pat
 def test_a_16_bit_step_missing_the_limit_is_decided_by_an_fp32_copy():
     # where eager fp16 is the noisier side, logits nearer an fp32 copy of the same weights and cache than eager's
     # pass with their token; logits farther from it than eager's, or another token, fail
-    from conftest import tiny
-
     import copy
+
+    from conftest import tiny
 
     from kogc.bench.against_eager import _eager_step, format_check, fp32_verdict
     from kogc.frontend import to_ir

@@ -30,7 +30,7 @@ import torch
 from ..compare import TIE_ULPS, default_max_rel_err, rel_err, tie_dtype, token_miss
 from ..errors import KogcError
 from ..ir.shard import vocab_shard
-from .against_eager import fp32_verdict, reference_module
+from .against_eager import fp32_decides, fp32_verdict, reference_module
 from .measure import bytes_per_token, check_timing, kernel_id, read_bandwidth, time_steps
 
 RUN_OPTIONS = ("num_programs", "num_warps", "max_registers", "profile")
@@ -202,7 +202,7 @@ def run_sweep(model_file: str, preset: str | None, variants: str, contexts: list
                 row["chain_rel_err_vs_first_variant"] = rel_err(chain[0], ref["chain"][0])
                 row["chain_same_token"] = chain[1] == ref["chain"][1]
             close = row["rel_err_vs_eager"] <= limit and miss is None
-            if not close and dtype in (torch.float16, torch.bfloat16):    # an fp32 copy decides (against_eager)
+            if not close and fp32_decides(dtype):
                 m = reference_module(model, weights, ck.ir)
                 set_cache(context, m)
                 row["fp32"] = fp32_verdict(m, context, device, mirror_of, logits, tok, e_logits, dtype)
