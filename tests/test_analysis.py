@@ -152,6 +152,9 @@ def test_phases_add_up_to_the_layer(sequential):
     assert all(mb.values())
     assert {r["phase"]: r["MB"] for r in phases} == pytest.approx(mb)
     assert [r["floor_us"] for r in phases] == pytest.approx([mb[p] * 2e12 / s.target.hbm_read_bw for p in PHASES])
+    # a run's own bandwidth reading, where given, in place of the target's figure
+    measured = layer_phases(s, ids, ts, read_bw_Bps=3e12)
+    assert [r["floor_us"] for r in measured] == pytest.approx([mb[p] * 2e12 / 3e12 for p in PHASES])
 
 
 def test_first_layers_weight_rate_and_tail(sequential):
@@ -209,6 +212,25 @@ def test_stamps_round_trip(stamps_file):
     # after a default changes
     assert meta["tile_config"] == dataclasses.asdict(s.tile_config)
     assert schedule_for(meta).queues == s.queues
+    assert meta["device"] is None and "read_bw_Bps" not in meta      # a datasheet target; no reading given
+
+
+def test_phases_hold_the_bytes_against_the_runs_bandwidth(tmp_path, capsys):
+    # a file that records its run's bandwidth reading (kogc bench, sweep): kogc analyze phases uses it and says
+    # so; without one, the target's figure, also said
+    s = schedule_for(META)
+    with_bw, _, _ = played_stamps(s, str(tmp_path / "bw"), model_file=MODEL_FILE, preset="tiny", read_bw_Bps=2.5e12)
+    assert load_stamps(with_bw)[2]["read_bw_Bps"] == 2.5e12
+    without, _, _ = played_stamps(s, str(tmp_path / "plain"), model_file=MODEL_FILE, preset="tiny")
+    floors = {}
+    for name, path in (("bw", with_bw), ("plain", without)):
+        out = tmp_path / f"{name}.json"
+        assert main(["analyze", "phases", path, "--json", str(out)]) == 0
+        floors[name] = [r["floor_us"] for r in json.loads(out.read_text())["phases"]]
+        text = capsys.readouterr().out
+        assert ("at 2.50 TB/s (us; the profiled run's reading)" in text) == (name == "bw"), text
+    ratio = s.target.hbm_read_bw / 2.5e12
+    assert floors["bw"] == pytest.approx([f * ratio for f in floors["plain"]]) and all(floors["plain"])
 
 
 @pytest.mark.parametrize("what, expect", [

@@ -5,8 +5,9 @@ previous phase's last end to their own last end; averaged over the lanes and the
 first and last layers start and end the step), with each phase's mean body, when its last task started
 its body and when its median task ended (both after the previous phase's end: a late last body with
 an early median is a straggler tail, queued behind other tasks), and the bytes it reads (weights; the
-KV cache at the schedule's cost context) with the time all lanes' bytes take at the target's read
-bandwidth: the floor the phase's span is held against. Optionally the step's first layers
+KV cache at the schedule's cost context) with the time all lanes' bytes take at the read bandwidth (the
+profiled run's reading where its file records one, else the target's): the floor the phase's span is held
+against. Optionally the step's first layers
 with all lanes together, the weight bytes per 5 us over their time (when HBM idles), and the step's
 tail (final norm, LM head, argmax).
 """
@@ -47,9 +48,10 @@ def phase_of(schedule):
     return phase
 
 
-def layer_phases(schedule, ids: np.ndarray, ts: np.ndarray) -> list[dict]:
+def layer_phases(schedule, ids: np.ndarray, ts: np.ndarray, read_bw_Bps: float | None = None) -> list[dict]:
     """One row per phase: tasks per (lane, layer), mean span, mean body, and the last task's body start
-    and the median task's end after the previous phase's last end (us; the inner layers)."""
+    and the median task's end after the previous phase's last end (us; the inner layers); its bytes and
+    all lanes' bytes at `read_bw_Bps` (default: the target's hbm_read_bw)."""
     rows_of = defaultdict(list)
     phase_of_task = phase_of(schedule)
     for j, tid in enumerate(ids):
@@ -83,8 +85,9 @@ def layer_phases(schedule, ids: np.ndarray, ts: np.ndarray) -> list[dict]:
                 a["MB"].append(sum(_hbm_bytes(schedule.tasks[int(ids[j])]) for j in js) / 1e6)
                 prev = ends.max()
     rows = [{"phase": p, **{k: float(np.mean(v)) for k, v in acc[p].items()}} for p in PHASES if acc[p]]
+    bw = read_bw_Bps or schedule.target.hbm_read_bw
     for r in rows:     # all lanes stream at once: their bytes together at the read bandwidth
-        r["floor_us"] = r["MB"] * 1e6 * len(lanes) / schedule.target.hbm_read_bw * 1e6
+        r["floor_us"] = r["MB"] * 1e6 * len(lanes) / bw * 1e6
     return rows
 
 
@@ -135,8 +138,10 @@ def weight_rate(schedule, ids: np.ndarray, ts: np.ndarray, until_us: float, widt
     return [float(b / (width_us * 1e-6) / 1e12) for b in out]
 
 
-def phases_report(schedule, ids: np.ndarray, ts: np.ndarray, first: int = 0) -> dict:
-    res = {"phases": layer_phases(schedule, ids, ts)}
+def phases_report(schedule, ids: np.ndarray, ts: np.ndarray, first: int = 0, read_bw_Bps: float | None = None) -> dict:
+    res = {"phases": layer_phases(schedule, ids, ts, read_bw_Bps),
+           "read_bw_Bps": read_bw_Bps or schedule.target.hbm_read_bw,
+           "read_bw_from": "the profiled run's reading" if read_bw_Bps else f"target {schedule.target.name}'s figure"}
     if first:
         res["first_layers"] = rows = first_layers(schedule, ids, ts, first)
         res["weight_TBps_per_5us"] = weight_rate(schedule, ids, ts, max((r["end"] for r in rows), default=0.0))
@@ -147,7 +152,8 @@ def phases_report(schedule, ids: np.ndarray, ts: np.ndarray, first: int = 0) -> 
 def format_phases(res: dict) -> str:
     rows = res["phases"]
     lines = ["| phase | tasks per lane | span us | mean body us | last body starts (us after the previous phase) "
-             "| median task ends (us after) | MB per lane | all lanes' bytes at the read bandwidth (us) |",
+             f"| median task ends (us after) | MB per lane | all lanes' bytes at {res['read_bw_Bps'] / 1e12:.2f} TB/s "
+             f"(us; {res['read_bw_from']}) |",
              "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['phase']} | {r['tasks']:.0f} | {r['span']:.1f} | {r['body']:.2f} | "

@@ -4,8 +4,8 @@ A file (.npz) holds `ids` (task ids in queue order), `ts` ([tasks, 3 or more] ns
 start: start, after the waits, end; a "detail" profile adds more, see kogc.runtime.profile) and `meta`:
 a JSON string naming the model (model file, preset or checkpoint, overrides), the target, the number
 of programs and every TileConfig field the schedule was built with (and, for a mirrored rank of
-`kogc bench --gpus G --mirror`, G), so that `kogc analyze` can build the same schedule again, also after a
-default changed. (Files written before recorded only the fields that differed from their commit's defaults.)
+`kogc bench --gpus G --mirror`, G; the GPU and the run's read bandwidth where known), so that
+`kogc analyze` can build the same schedule again, also after a default changed. (Files written before recorded only the fields that differed from their commit's defaults.)
 `kogc bench --profile --task-times FILE` (also with `--gpus G --mirror`) and `kogc sweep` (a variant
 with "profile": true, and --out DIR) write them.
 """
@@ -21,14 +21,18 @@ from ..errors import KogcError
 
 
 def save_stamps(ck, path: str, model_file: str | None = None, preset: str | None = None,
-                checkpoint: str | None = None, overrides: dict | None = None) -> str:
-    """Write the last launch's stamps of a profiled kernel `ck` to `path` (.npz); returns the path."""
+                checkpoint: str | None = None, overrides: dict | None = None, read_bw_Bps: float | None = None) -> str:
+    """Write the last launch's stamps of a profiled kernel `ck` to `path` (.npz); returns the path. The meta
+    also names the GPU the target was fitted to and, where the caller measured it, the run's read bandwidth
+    (bytes/s), which `kogc analyze phases` holds the phases' bytes against instead of the target's figure."""
     from ..runtime.profile import timestamps
     ids, ts = timestamps(ck)
     s = ck.schedule
     meta = {"model_file": model_file, "config": preset, "checkpoint": checkpoint, "overrides": overrides or {},
             "target": s.target.name, "num_programs": len(s.queues), "tile_config": dataclasses.asdict(s.tile_config),
-            "tasks": len(s.tasks)}
+            "tasks": len(s.tasks), "device": s.target.device or None}
+    if read_bw_Bps:
+        meta["read_bw_Bps"] = float(read_bw_Bps)
     if getattr(ck, "stamps_schedule", s) is not s:      # rank 0 of G with its peers mirrored
         meta["mirror_of"] = s.ranks
     if not path.endswith(".npz"):

@@ -119,7 +119,8 @@ def run_bench(model_file: str, preset: str | None, context: int = 1024, steps: i
         if task_times:
             from ..analysis.stamps import save_stamps
             prof["task_times"] = save_stamps(pk, task_times, model_file=model_file, preset=preset,
-                                             checkpoint=checkpoint, overrides=overrides)
+                                             checkpoint=checkpoint, overrides=overrides,
+                                             read_bw_Bps=readings[0] if readings else None)
             progress(f"wrote the profiled step's task times to {prof['task_times']}", quiet)
         del pk
     shapes = shapes_of(ck.schedule)

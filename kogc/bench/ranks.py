@@ -118,7 +118,8 @@ def run_bench_ranks(model_file: str, preset: str | None, gpus: int, one_gpu: boo
         parts = [None] * dist.get_world_size()
         dist.all_gather_object(parts, waits["per_rank"])
         waits = {"per_rank": [w for p in parts for w in p]}
-    prof = _mirror_profile(pk, model_file, preset, checkpoint, overrides, task_times, say) if mirror else None
+    prof = (_mirror_profile(pk, model_file, preset, checkpoint, overrides, task_times, readings[0], say)
+            if mirror else None)
     ck = pk = kernels = None    # (the rank kernels freed before the one-GPU kernel is built)
     torch.cuda.empty_cache()
 
@@ -167,7 +168,7 @@ def _tp_row(model, gpus: int, context: int, steps: int, reps: int, seed: int, sa
         return Row(name, [], error=f"{type(e).__name__}: {str(e)[:200]}")
 
 
-def _mirror_profile(pk, model_file, preset, checkpoint, overrides, task_times, say) -> dict:
+def _mirror_profile(pk, model_file, preset, checkpoint, overrides, task_times, read_bw_Bps, say) -> dict:
     """The mirrored rank's profiled step summarised as one GPU's is (a wait on the peers' sum read as a
     wait on the rank's own send), and with `task_times` its stamps for kogc analyze."""
     from ..runtime.profile import format_summary, summarize
@@ -176,7 +177,7 @@ def _mirror_profile(pk, model_file, preset, checkpoint, overrides, task_times, s
     if task_times:
         from ..analysis.stamps import save_stamps
         prof["task_times"] = save_stamps(pk, task_times, model_file=model_file, preset=preset, checkpoint=checkpoint,
-                                         overrides=overrides)
+                                         overrides=overrides, read_bw_Bps=read_bw_Bps)
         say(f"wrote the profiled step's task times to {prof['task_times']}")
     return prof
 

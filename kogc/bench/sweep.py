@@ -211,7 +211,7 @@ def run_sweep(model_file: str, preset: str | None, variants: str, contexts: list
             if mirror_of:
                 row["mirror_of"] = mirror_of
             if opts.get("profile"):
-                _profile(ck, row, out_dir, context, vi, model_file, preset, checkpoint, overrides, quiet)
+                _profile(ck, row, out_dir, context, vi, model_file, preset, checkpoint, overrides, bw, quiet)
             res["rows"].append(row)
             _say(format_row(row), quiet, always=True)
         ck = None                      # free its buffers before the next variant
@@ -259,7 +259,7 @@ def _measure(ck, model, set_cache, context: int, steps: int, reps: int, device: 
             "generate_ms_median": sorted(gen)[len(gen) // 2]}
 
 
-def _profile(ck, row, out_dir, context, vi, model_file, preset, checkpoint, overrides, quiet) -> None:
+def _profile(ck, row, out_dir, context, vi, model_file, preset, checkpoint, overrides, bw, quiet) -> None:
     from ..analysis.stamps import save_stamps
     from ..inspection.profiled import chrome_trace
     from ..runtime.profile import format_summary, summarize
@@ -270,7 +270,7 @@ def _profile(ck, row, out_dir, context, vi, model_file, preset, checkpoint, over
         tag = f"{context}-v{vi}" if vi else f"{context}"
         chrome_trace(ck, os.path.join(out_dir, f"trace-{tag}.json"))
         row["task_times"] = save_stamps(ck, os.path.join(out_dir, f"task-times-{tag}.npz"), model_file=model_file,
-                                       preset=preset, checkpoint=checkpoint, overrides=overrides)
+                                       preset=preset, checkpoint=checkpoint, overrides=overrides, read_bw_Bps=bw)
 
 
 def format_row(r: dict) -> str:
