@@ -5,7 +5,8 @@ start: start, after the waits, end; a "detail" profile adds more, see kogc.runti
 a JSON string naming the model (model file, preset or checkpoint, overrides), the target, the number
 of programs and every TileConfig field the schedule was built with (and, for a mirrored rank of
 `kogc bench --gpus G --mirror`, G; the GPU and the run's read bandwidth where known), so that
-`kogc analyze` can build the same schedule again, also after a default changed. (Files written before recorded only the fields that differed from their commit's defaults.)
+`kogc analyze` can build the same schedule again, also after a default changed. (Older files recorded
+only the fields that differed from their commit's defaults.)
 `kogc bench --profile --task-times FILE` (also with `--gpus G --mirror`) and `kogc sweep` (a variant
 with "profile": true, and --out DIR) write them.
 """
