@@ -7,9 +7,8 @@ its body and when its median task ended (both after the previous phase's end: a 
 an early median is a straggler tail, queued behind other tasks), and the bytes it reads (weights; the
 KV cache at the schedule's cost context) with the time all lanes' bytes take at the read bandwidth (the
 profiled run's reading where its file records one, else the target's): the floor the phase's span is held
-against. Optionally the step's first layers
-with all lanes together, the weight bytes per 5 us over their time (when HBM idles), and the step's
-tail (final norm, LM head, argmax).
+against. Optionally the step's first layers with all lanes together, the weight bytes per 5 us over their
+time (when HBM idles), and the step's tail (final norm, LM head, argmax).
 """
 from __future__ import annotations
 
