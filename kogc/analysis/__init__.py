@@ -43,7 +43,7 @@ def analyze(what: str, path: str, latencies: list[float] | None = None, first_la
     if what == "chain":
         res = chain_composition(schedule, body_us(schedule, ids, ts), latencies[0])
         return res, format_chain(res, latencies[0])
-    res = phases_report(schedule, ids, ts, first_layers_n, meta.get("read_bw_Bps"))
+    res = phases_report(schedule, ids, ts, first_layers_n, meta.get("read_bw_Bps"), meta.get("device"))
     return res, format_phases(res)
 
 

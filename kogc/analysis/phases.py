@@ -137,10 +137,14 @@ def weight_rate(schedule, ids: np.ndarray, ts: np.ndarray, until_us: float, widt
     return [float(b / (width_us * 1e-6) / 1e12) for b in out]
 
 
-def phases_report(schedule, ids: np.ndarray, ts: np.ndarray, first: int = 0, read_bw_Bps: float | None = None) -> dict:
-    res = {"phases": layer_phases(schedule, ids, ts, read_bw_Bps),
-           "read_bw_Bps": read_bw_Bps or schedule.target.hbm_read_bw,
-           "read_bw_from": "the profiled run's reading" if read_bw_Bps else f"target {schedule.target.name}'s figure"}
+def phases_report(schedule, ids: np.ndarray, ts: np.ndarray, first: int = 0, read_bw_Bps: float | None = None,
+                  device: str | None = None) -> dict:
+    """layer_phases (with the run's bandwidth reading, if any, on `device`, the GPU it was taken on), and with
+    `first` the first layers, their weight rate and the step's tail."""
+    bw = read_bw_Bps or schedule.target.hbm_read_bw
+    src = "the profiled run's reading" + (f" on {device}" if device else "") if read_bw_Bps else \
+        f"target {schedule.target.name}'s figure"
+    res = {"phases": layer_phases(schedule, ids, ts, bw), "read_bw_Bps": bw, "read_bw_from": src}
     if first:
         res["first_layers"] = rows = first_layers(schedule, ids, ts, first)
         res["weight_TBps_per_5us"] = weight_rate(schedule, ids, ts, max((r["end"] for r in rows), default=0.0))
