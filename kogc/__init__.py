@@ -2,7 +2,7 @@
 __version__ = "0.1.0"
 
 
-def compile(module, target: str = "h200", **kwargs):
+def compile(module, target: str | None = None, **kwargs):
     """See kogc.api.compile."""
     from .api import compile as _compile
     return _compile(module, target=target, **kwargs)

@@ -21,7 +21,7 @@ def compile(module: torch.nn.Module, target: str | None = None, device: str | No
     """Compile a decode-step module into one persistent kernel.
 
     `target`: h200 | h100 | mi300x; None: the GPU at hand's kind (mi300x on a ROCm build of PyTorch,
-    else h200). On a machine with a GPU of the target's vendor the kernel runs there (parallel
+    h100 on an H100, else h200). On a machine with a GPU of the target's vendor the kernel runs there (parallel
     placement, all programs resident; on ROCm untested: no AMD GPU here), and an NVIDIA target is fitted
     to that GPU (kogc.targets.target_for_device: its SM count and the programs
     its register file holds; a GPU of another architecture than the target's is refused). Without one,

@@ -60,7 +60,7 @@ def _parser() -> argparse.ArgumentParser:
                                    "or write the kernel and its reports (--out).")
     model_args(c, None)
     c.add_argument("--target", help="h200 | h100 | mi300x (default: the GPU at hand's kind: mi300x on a ROCm "
-                                    "build of PyTorch, else h200)")
+                                    "build of PyTorch, h100 on an H100, else h200)")
     c.add_argument("--emit", choices=EMITS, help="print this stage to stdout")
     c.add_argument("--out", help="write the compiled kernel, schedule and report to this directory")
     c.add_argument("--per-variant", action="store_true",

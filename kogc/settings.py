@@ -12,7 +12,7 @@ from .errors import KogcError
 from .fp8 import WEIGHT_FORMATS
 from .scheduler import TileConfig
 from .scheduler.config import with_stagger
-from .targets import ALIASES, Target, target_for_device
+from .targets import ALIASES, Target, get_target, target_for_device
 
 # The interpreter runs programs one after another: big tiles keep the task count (and time) down.
 INTERPRETER_TILES = TileConfig(tile_bytes=1 << 20, attn_splits=2, attn_block=16, elem_block=4096)
@@ -44,14 +44,19 @@ def placement_profiles(module: torch.nn.Module) -> list[dict]:
 
 
 def placement_profile(module: torch.nn.Module, target: Target, tile_bytes: int, weights: str = "model") -> dict | None:
-    """The profile a model ships for this target, tile size and weight format (None: none applies).
-    Task times and the lane groups' best offset move with the format: laneformer-2b's FP8 tasks are
-    placed with their own times and offset (-3.8% against fp16's times and the default offset)."""
-    for p in placement_profiles(module):
-        name = p.get("target")
-        if ((name is None or ALIASES[str(name).lower()] == target.name) and p["tile_bytes"] == tile_bytes
-                and p.get("weights", "model") == weights):
-            return p
+    """The profile a model ships for this target, tile size and weight format; failing one of this target's,
+    one of another target of the same architecture (None: none applies). Task times and the lane groups' best
+    offset move with the format: laneformer-2b's FP8 tasks are placed with their own times and offset (-3.8%
+    against fp16's times and the default offset). They are the SM's more than the memory's: on an H100,
+    laneformer-2b placed with its H200 profiles ran 1.1% (fp16) and 7.4% (FP8) faster than placed by the
+    bytes model (docs/performance.md, On an H100)."""
+    fits = [p for p in placement_profiles(module)
+            if p["tile_bytes"] == tile_bytes and p.get("weights", "model") == weights]
+    for same in (lambda t: t.name == target.name, lambda t: t.arch == target.arch):
+        for p in fits:
+            name = p.get("target")
+            if name is None or same(get_target(str(name))):
+                return p
     return None
 
 
@@ -82,9 +87,20 @@ def device_target(target: Target, device: str | torch.device = "cuda", num_warps
 
 
 def default_target() -> str:
-    """The target of the GPU at hand: mi300x on a ROCm build of PyTorch (torch.cuda is HIP there),
-    else h200 (also with no GPU: the interpreter)."""
-    return "mi300x" if getattr(torch.version, "hip", None) else "h200"
+    """The target of the GPU at hand: mi300x on a ROCm build of PyTorch (torch.cuda is HIP there), the
+    kind of the CUDA device where one is present (target_named_for), else h200 (no GPU: the interpreter and
+    ahead-of-time builds)."""
+    if getattr(torch.version, "hip", None):
+        return "mi300x"
+    if torch.cuda.is_available():
+        return target_named_for(torch.cuda.get_device_name(torch.cuda.current_device()))
+    return "h200"
+
+
+def target_named_for(device_name: str) -> str:
+    """The NVIDIA target a CUDA device's name stands for: h100 for an H100 ("NVIDIA H100 80GB HBM3"), else
+    h200, whose description target_for_device fits to any sm_90 part (and refuses another architecture)."""
+    return "h100" if "H100" in device_name.upper() else "h200"
 
 
 def runs_here(tgt: Target) -> bool:

@@ -467,6 +467,26 @@ def test_profiles_follow_the_weight_format(graphs):
         placement_profiles(bad)
 
 
+def test_a_profile_of_the_same_architecture_applies_where_the_target_has_none():
+    # laneformer-2b ships profiles measured on an H200; an H100 (the same SM) places with them, since on an H100
+    # they measured better than the bytes model; a profile of this target's own wins over one of its architecture
+    import torch
+    from kogc.settings import placement_profile, target_named_for, tile_config_for
+    from kogc.targets import H100, MI300X
+    model = lf.kogc_model("laneformer-2b", device="meta", seed=None)
+    for weights in ("model", "fp8"):
+        assert tile_config_for(model, H100, weights=weights) == tile_config_for(model, H200, weights=weights)
+    assert tile_config_for(model, MI300X).kind_us is None                     # another architecture
+    own, other = {"attention": 1.0}, {"attention": 2.0}
+    m = torch.nn.Linear(2, 2)
+    m.kogc_placement = [{"tile_bytes": 4096, "kind_us": other, "target": "h200"},
+                        {"tile_bytes": 4096, "kind_us": own, "target": "h100"}]
+    assert placement_profile(m, H100, 4096)["kind_us"] == own and placement_profile(m, H200, 4096)["kind_us"] == other
+    assert placement_profile(m, H100, 8192) is None
+    assert [target_named_for(n) for n in ("NVIDIA H100 80GB HBM3", "NVIDIA H100 NVL", "NVIDIA H200", "NVIDIA GH200")] \
+        == ["h100", "h100", "h200", "h200"]
+
+
 def test_placement_with_measured_kind_times(graphs):
     # TileConfig.kind_us (a profile's microseconds per task kind) and place_latency_us replace the
     # bytes model in the placement: the queues change, the schedule stays sound, and a kind missing

@@ -33,13 +33,14 @@ def test_sweep_under_the_interpreter(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(torch.nn.Module, "to", to_and_back)
     out = tmp_path / "sweep.json"
     rc = main(["sweep", MICRO, "--config", "micro", "--interpret", "--context", "6,3", "--steps", "1", "--reps", "1",
-               "--variants", '[{}, {"attn_splits": 4}]', "--json", str(out)])
+               "--variants", '[{}, {"attn_splits": 4, "target": "h100"}]', "--json", str(out)])
     text = capsys.readouterr().out
     assert rc == 0, text
     res = json.loads(out.read_text())
     rows = res["rows"]
-    assert [(r["variant"], r["context"]) for r in rows] == [({}, 6), ({}, 3), ({"attn_splits": 4}, 6),
-                                                            ({"attn_splits": 4}, 3)]
+    second = {"attn_splits": 4, "target": "h100"}
+    assert [(r["variant"], r["context"]) for r in rows] == [({}, 6), ({}, 3), (second, 6), (second, 3)]
+    assert [r["target"] for r in rows] == ["h200", "h200", "h100", "h100"]
     assert all(r["ok"] and r["same_token_as_eager"] and r["rel_err_vs_eager"] < 1e-5 for r in rows)
     assert rows[0]["rel_err_vs_first_variant"] == 0.0 and rows[2]["rel_err_vs_first_variant"] < 1e-5
     assert rows[2]["tasks"] > rows[0]["tasks"]            # more attention splits, more tasks
@@ -70,6 +71,8 @@ def test_variants_are_parsed_and_checked():
     (_, a, _), (_, b, _) = parse_variants('[{}, {"attn_splits": 8}]', False,
                                           base='{"attn_splits": 4, "elem_block": 512}')
     assert (a.attn_splits, a.elem_block, b.attn_splits, b.elem_block) == (4, 512, 8, 512)
+    (_, cfg, opts), = parse_variants('[{"target": "h100", "attn_splits": 4}]', False)     # a run option
+    assert opts == {"target": "h100"} and cfg.attn_splits == 4
 
 
 @CPU_ONLY
@@ -80,6 +83,7 @@ def test_variants_are_parsed_and_checked():
     ('[{"tile_size": 4096}]', "unknown field"),
     ('[{"attn_splits": 3}]', "attn_splits"),
     ('[{"num_programs": 0}]', "num_programs must be a positive integer"),
+    ('[{"target": "a100"}]', "target must be one of h100, h200, mi300x"),
     ('[{"profile": true}]', "needs a GPU timer"),
 ])
 def test_sweep_bad_variants(variants, message, capsys):

@@ -2,8 +2,9 @@
 each checked against eager.
 
 A variant is a JSON object of `TileConfig` fields (on top of --tile-config's, if given) plus,
-optionally, "num_programs" (the persistent grid), "num_warps", "max_registers" (ptxas's cap per
-thread) and "profile" (true, or "detail": per-task timestamps of one step, summarised; with an output
+optionally, "target" (h200 | h100: the description fitted to the GPU, and the placement profile it takes),
+"num_programs" (the persistent grid), "num_warps", "max_registers" (ptxas's cap per thread) and "profile"
+(true, or "detail": per-task timestamps of one step, summarised; with an output
 folder also saved for `kogc analyze`).
 
 At every context every variant computes the step for token 7 at that position on the same KV cache
@@ -30,10 +31,11 @@ import torch
 from ..compare import TIE_ULPS, default_max_rel_err, rel_err, tie_dtype, token_miss
 from ..errors import KogcError
 from ..ir.shard import vocab_shard
+from ..targets import ALIASES
 from .against_eager import fp32_decides, fp32_verdict, reference_module
 from .measure import bytes_per_token, check_timing, kernel_id, read_bandwidth, time_steps
 
-RUN_OPTIONS = ("num_programs", "num_warps", "max_registers", "profile")
+RUN_OPTIONS = ("target", "num_programs", "num_warps", "max_registers", "profile")
 CHAIN = 16          # launches back to back in the chained check (GPU)
 TOKEN = 7           # the token every variant computes the checked step for
 
@@ -65,6 +67,9 @@ def parse_variants(text: str, interpret: bool, base: str | None = None) -> list[
         for k in ("num_programs", "num_warps", "max_registers"):
             if k in opts and (not isinstance(opts[k], int) or isinstance(opts[k], bool) or opts[k] < 1):
                 raise KogcError(f"variant {json.dumps(v)}: {k} must be a positive integer")
+        if "target" in opts and str(opts["target"]).lower() not in ALIASES:
+            known = ", ".join(sorted(set(ALIASES.values())))
+            raise KogcError(f"variant {json.dumps(v)}: target must be one of {known}")
         if opts.get("profile", False) not in (False, True, "detail"):
             raise KogcError(f"variant {json.dumps(v)}: profile must be true, false or \"detail\"")
         if opts.get("profile") and interpret:
@@ -163,7 +168,8 @@ def run_sweep(model_file: str, preset: str | None, variants: str, contexts: list
     for vi, (v, cfg, opts) in enumerate(parsed):
         t0 = time.perf_counter()
         try:
-            ck = kogc_compile(model, interpret=interpret, tile_config=cfg, num_programs=opts.get("num_programs"),
+            ck = kogc_compile(model, target=opts.get("target"), interpret=interpret, tile_config=cfg,
+                              num_programs=opts.get("num_programs"),
                               profile=opts.get("profile", False), num_warps=opts.get("num_warps"),
                               max_registers=opts.get("max_registers"),
                               **(dict(gpus=mirror_of, one_gpu="mirror") if mirror_of else {}))
@@ -189,7 +195,8 @@ def run_sweep(model_file: str, preset: str | None, variants: str, contexts: list
                                                         "ms": row["ms_median"]})
             miss = token_miss(e_logits, tok, TIE_ULPS, ties)
             floor = bytes_per_token(ck, context + steps // 2)
-            row.update(variant=v, context=context, num_programs=ck.schedule.num_programs, tasks=len(ck.schedule.tasks),
+            row.update(variant=v, context=context, target=ck.schedule.target.name,
+                       num_programs=ck.schedule.num_programs, tasks=len(ck.schedule.tasks),
                        kernel_source_sha1=kernel_id(ck),
                        compile_s=compile_s, rel_err_vs_eager=rel_err(logits, e_logits),
                        same_token_as_eager=tok == e_tok,
