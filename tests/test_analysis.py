@@ -10,6 +10,7 @@ from conftest import MODEL_FILE, tiny
 
 from kogc.analysis import (PHASES, body_us, chain_composition, first_layers, layer_phases, load_stamps, longest_path,
                            measured_overheads, save_stamps, schedule_for, tail_spans, weight_rate)
+from kogc.analysis.stamps import record_read_bandwidth
 from kogc.analysis.phases import PHASE_OF, TAIL_KINDS
 from kogc.cli import main
 from kogc.frontend import to_ir
@@ -213,6 +214,10 @@ def test_stamps_round_trip(stamps_file):
     assert meta["tile_config"] == dataclasses.asdict(s.tile_config)
     assert schedule_for(meta).queues == s.queues
     assert meta["device"] is None and "read_bw_Bps" not in meta      # a datasheet target; no reading given
+    # the bench's floor takes the higher of its readings, the second after the file was written: it sets it then
+    record_read_bandwidth(path, 4.1e12)
+    got_ids, got_ts, again = load_stamps(path)
+    assert again == {**meta, "read_bw_Bps": 4.1e12} and (got_ids == ids).all() and (got_ts == ts).all()
 
 
 def test_phases_hold_the_bytes_against_the_runs_bandwidth(tmp_path, capsys):

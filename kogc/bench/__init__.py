@@ -153,6 +153,9 @@ def run_bench(model_file: str, preset: str | None, context: int = 1024, steps: i
         except RuntimeError as e:     # a baseline that broke the device must not cost the table
             progress(f"second bandwidth reading failed ({str(e)[:100]}); the floor uses the first", quiet)
     bw = max(readings, default=None)
+    if prof and prof.get("task_times") and bw:
+        from ..analysis.stamps import record_read_bandwidth
+        record_read_bandwidth(prof["task_times"], bw)
     result = {"config": cfg, "floor": {"bytes_per_token": floor_bytes, "read_bw_Bps": bw,
                                        "read_bw_readings_Bps": readings,
                                        "ms": floor_bytes / bw * 1e3 if bw else None},

@@ -137,6 +137,9 @@ def run_bench_ranks(model_file: str, preset: str | None, gpus: int, one_gpu: boo
         rows.append(_tp_row(model, gpus, context, steps, reps, seed, say, tp_extra))
     readings.append(read_bandwidth())
     bw = max(readings)
+    if prof and prof.get("task_times"):
+        from ..analysis.stamps import record_read_bandwidth
+        record_read_bandwidth(prof["task_times"], bw)
     per = "the whole model on one GPU" if one_gpu is True else "one GPU's share"
     res = {"config": cfg, "floor": {"bytes_per_token": floor_bytes, "read_bw_Bps": bw, "read_bw_readings_Bps": readings,
                                     "ms": floor_bytes / bw * 1e3, "per": per},
