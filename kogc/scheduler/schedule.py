@@ -27,6 +27,12 @@ HEADER = 4          # table row: variant, lane, publish event, number of waits, 
                     # to, in schedules with shared lane events: `header`]; then args, then waits
 
 
+# a matvec variant runs as loops where its runs average at least this many tasks (Schedule.run_variants): with
+# fewer, the loop's cost on runs of one outweighs what the runs save (laneformer-2b +2.2%, 0.5b +1.8% with every
+# variant in loops)
+RUN_MEAN_TASKS = 2
+
+
 @dataclass
 class Schedule:
     graph: Graph
@@ -102,16 +108,16 @@ class Schedule:
     def run_variants(self) -> frozenset:
         """The matvec variants whose tasks mostly come in runs: consecutive tasks of one queue, those after
         the first without waits, publishing to the same events (W1/W3, W2 and the LM head of a one-lane
-        model; a Laneformer's LM head), at least 2 tasks a run on average. The kernel runs their runs as
-        loops (one wait, the input vector formed once, one publish); other variants stay one task a
-        body, where the loop would only add its cost to runs of one."""
+        model; a Laneformer's LM head), at least RUN_MEAN_TASKS tasks a run on average. The kernel runs
+        their runs as loops (one wait, the input vector formed once, one publish); other variants stay one
+        task a body, where the loop would only add its cost to runs of one."""
         tasks_of, runs_of = {}, {}
         for q, starts in zip(self.queues, self._maximal_runs):
             for i, n in starts:
                 v = self.tasks[q[i]].variant
                 tasks_of[v] = tasks_of.get(v, 0) + n
                 runs_of[v] = runs_of.get(v, 0) + 1
-        return frozenset(v for v in tasks_of if tasks_of[v] >= 2 * runs_of[v])
+        return frozenset(v for v in tasks_of if tasks_of[v] >= RUN_MEAN_TASKS * runs_of[v])
 
     @cached_property
     def run_lengths(self) -> list[list[int]]:
