@@ -119,8 +119,7 @@ def run_bench(model_file: str, preset: str | None, context: int = 1024, steps: i
         if task_times:
             from ..analysis.stamps import save_stamps
             prof["task_times"] = save_stamps(pk, task_times, model_file=model_file, preset=preset,
-                                             checkpoint=checkpoint, overrides=overrides,
-                                             read_bw_Bps=readings[0] if readings else None)
+                                             checkpoint=checkpoint, overrides=overrides)
             progress(f"wrote the profiled step's task times to {prof['task_times']}", quiet)
         del pk
     shapes = shapes_of(ck.schedule)
@@ -153,7 +152,7 @@ def run_bench(model_file: str, preset: str | None, context: int = 1024, steps: i
         except RuntimeError as e:     # a baseline that broke the device must not cost the table
             progress(f"second bandwidth reading failed ({str(e)[:100]}); the floor uses the first", quiet)
     bw = max(readings, default=None)
-    if prof and prof.get("task_times") and bw:
+    if prof and prof.get("task_times") and bw:        # the file names the bandwidth of the floor
         from ..analysis.stamps import record_read_bandwidth
         record_read_bandwidth(prof["task_times"], bw)
     result = {"config": cfg, "floor": {"bytes_per_token": floor_bytes, "read_bw_Bps": bw,

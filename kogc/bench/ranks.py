@@ -118,8 +118,7 @@ def run_bench_ranks(model_file: str, preset: str | None, gpus: int, one_gpu: boo
         parts = [None] * dist.get_world_size()
         dist.all_gather_object(parts, waits["per_rank"])
         waits = {"per_rank": [w for p in parts for w in p]}
-    prof = (_mirror_profile(pk, model_file, preset, checkpoint, overrides, task_times, readings[0], say)
-            if mirror else None)
+    prof = _mirror_profile(pk, model_file, preset, checkpoint, overrides, task_times, say) if mirror else None
     ck = pk = kernels = None    # (the rank kernels freed before the one-GPU kernel is built)
     torch.cuda.empty_cache()
 
@@ -137,7 +136,7 @@ def run_bench_ranks(model_file: str, preset: str | None, gpus: int, one_gpu: boo
         rows.append(_tp_row(model, gpus, context, steps, reps, seed, say, tp_extra))
     readings.append(read_bandwidth())
     bw = max(readings)
-    if prof and prof.get("task_times"):
+    if prof and prof.get("task_times"):               # the file names the bandwidth of the floor
         from ..analysis.stamps import record_read_bandwidth
         record_read_bandwidth(prof["task_times"], bw)
     per = "the whole model on one GPU" if one_gpu is True else "one GPU's share"
@@ -171,7 +170,7 @@ def _tp_row(model, gpus: int, context: int, steps: int, reps: int, seed: int, sa
         return Row(name, [], error=f"{type(e).__name__}: {str(e)[:200]}")
 
 
-def _mirror_profile(pk, model_file, preset, checkpoint, overrides, task_times, read_bw_Bps, say) -> dict:
+def _mirror_profile(pk, model_file, preset, checkpoint, overrides, task_times, say) -> dict:
     """The mirrored rank's profiled step summarised as one GPU's is (a wait on the peers' sum read as a
     wait on the rank's own send), and with `task_times` its stamps for kogc analyze."""
     from ..runtime.profile import format_summary, summarize
@@ -180,7 +179,7 @@ def _mirror_profile(pk, model_file, preset, checkpoint, overrides, task_times, r
     if task_times:
         from ..analysis.stamps import save_stamps
         prof["task_times"] = save_stamps(pk, task_times, model_file=model_file, preset=preset, checkpoint=checkpoint,
-                                         overrides=overrides, read_bw_Bps=read_bw_Bps)
+                                         overrides=overrides)
         say(f"wrote the profiled step's task times to {prof['task_times']}")
     return prof
 
