@@ -345,9 +345,13 @@ def place_tasks(tasks: list[Task], events: list[Event], target: Target, cfg: Til
     on pairs of XCDs, 689 us with 2 us, 13% of edges in one XCD, against 634 us and 49% with 20)."""
     P = num_programs
     seconds = placement_seconds(tasks, cfg, target, P)
+    dies = target.dies
+    if cfg.lane_homes:
+        dies = max(dies, max((t.lane for t in tasks), default=0) + 1)
     placed = [place_parallel(tasks, events, P, target.hbm_read_bw / P, cfg.lane_group_stagger, seconds,
-                             cfg.place_latency_us * 1e-6, remote=remote, dies=target.dies,
-                             die_hop_s=target.cross_die_hop_us * 1e-6, steal_wait_s=steal)
+                             cfg.place_latency_us * 1e-6, remote=remote, dies=dies,
+                             die_hop_s=target.cross_die_hop_us * 1e-6, steal_wait_s=steal,
+                             keep_group=cfg.keep_group)
               for steal in (STEAL_WAITS_S if target.dies > 1 else STEAL_WAITS_S[:1])]
     return min(placed, key=lambda queues_est: queues_est[1])
 
