@@ -62,9 +62,6 @@ class TileConfig:
     mlp_pair_inputs: int = 1024       # W1 and W3 run as one task per (gate, up) row pair storing silu(gate) * up
                                       # where W2 would read at least this many inputs per row of its tile
                                       # (Llama-3.2-1B's 4096: -11%; laneformer-2b's 64: slower); 0: always
-    keep_group: bool = False          # placement (experiment): a program takes its last task's event's next ready
-                                      # task first, so that matvec runs form
-    lane_homes: bool = False          # placement (experiment): program p prefers lane p % lanes' tasks
 
 
 def _pow2(x) -> bool:
@@ -96,9 +93,6 @@ def validate(cfg: TileConfig, target=None) -> TileConfig:
             "projection's prologue do not fit the registers beside a weight tile)")
     if not isinstance(cfg.mlp_pair_inputs, int) or cfg.mlp_pair_inputs < 0:
         bad("mlp_pair_inputs", "must be a number of inputs >= 0")
-    for name in ("keep_group", "lane_homes"):
-        if not isinstance(getattr(cfg, name), bool):
-            bad(name, "must be true or false")
     if cfg.weights not in WEIGHT_FORMATS:
         bad("weights", f"must be one of {', '.join(WEIGHT_FORMATS)}")
     if cfg.kind_us is not None:

@@ -23,8 +23,8 @@ def place_parallel(tasks: list[Task], events: list[Event], num_programs: int,
                    bytes_per_s_per_program: float, lane_group_stagger: float = 0.0,
                    task_seconds: list[float] | None = None,
                    wait_latency_s: float = 0.0, remote: dict[int, tuple[int, float]] | None = None,
-                   dies: int = 1, die_hop_s: float = 0.0, steal_wait_s: float = 2e-6,
-                   keep_group: bool = False) -> tuple[list[list[int]], float]:
+                   dies: int = 1, die_hop_s: float = 0.0, steal_wait_s: float = 2e-6
+                   ) -> tuple[list[list[int]], float]:
     """Queues for `num_programs` programs, and the estimated makespan in seconds.
 
     Event-driven list scheduling: when a program frees up it takes, among the tasks whose inputs are
@@ -81,22 +81,12 @@ def place_parallel(tasks: list[Task], events: list[Event], num_programs: int,
     free = [(0.0, p) for p in range(num_programs)]
     queues: list[list[int]] = [[] for _ in range(num_programs)]
     makespan, placed = 0.0, 0
-    by_group: dict[int, list[tuple[float, int]]] = {}     # keep_group: ready tasks per event
-    taken = bytearray(n)
-    last_group = [-1] * num_programs
 
     def admit(until: float) -> None:
         for h in later:
             while h and h[0][0] <= until:
                 tid = heapq.heappop(h)[1]
                 heapq.heappush(ready[home[tid]], prio[tid])
-                if keep_group:
-                    heapq.heappush(by_group.setdefault(tasks[tid].group, []), prio[tid])
-
-    def clean(heaps) -> None:
-        for h in heaps:
-            while h and taken[h[0][1]]:
-                heapq.heappop(h)
 
     def soonest(heaps) -> float:
         return min((h[0][0] for h in heaps if h), default=float("inf"))
@@ -104,8 +94,6 @@ def place_parallel(tasks: list[Task], events: list[Event], num_programs: int,
     while placed < n:
         f, p = heapq.heappop(free)
         admit(f)
-        if keep_group:
-            clean(ready)
         mine_at = (p % dies) * homes // dies if homes > 1 else -1      # this program's home (its die's group)
         own = (ready[mine_at], ready[-1]) if mine_at >= 0 else (ready[-1],)
         if not any(own):
@@ -117,20 +105,10 @@ def place_parallel(tasks: list[Task], events: list[Event], num_programs: int,
                 if t_own == float("inf") and t_any == float("inf") and not any(ready):
                     raise RuntimeError("placement stalled: a task waits on an event that never completes")
                 admit(t_own if t_own - f <= steal_wait_s else t_any)
-        if keep_group:
-            clean(ready)
-            same = by_group.get(last_group[p])
-            if same is not None:
-                clean((same,))
-        if keep_group and same:
-            tid = heapq.heappop(same)[1]
-        else:
-            mine = [h for h in own if h]
-            pool = min(mine or [h for h in ready if h], key=lambda h: h[0])
-            tid = heapq.heappop(pool)[1]
-        taken[tid] = 1
+        mine = [h for h in own if h]
+        pool = min(mine or [h for h in ready if h], key=lambda h: h[0])
+        tid = heapq.heappop(pool)[1]
         t = tasks[tid]
-        last_group[p] = t.group
         f = max(f, ready_at[tid])     # a task taken from the ready set may be ready later than this
                                       # program is free (when the set was filled by a program that
                                       # waited for the soonest one): it starts when it is ready

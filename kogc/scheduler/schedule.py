@@ -345,15 +345,30 @@ def place_tasks(tasks: list[Task], events: list[Event], target: Target, cfg: Til
     on pairs of XCDs, 689 us with 2 us, 13% of edges in one XCD, against 634 us and 49% with 20)."""
     P = num_programs
     seconds = placement_seconds(tasks, cfg, target, P)
-    dies = target.dies
-    if cfg.lane_homes:
-        dies = max(dies, max((t.lane for t in tasks), default=0) + 1)
+    homes = target.dies if target.dies > 1 else lane_homes(tasks, P)
     placed = [place_parallel(tasks, events, P, target.hbm_read_bw / P, cfg.lane_group_stagger, seconds,
-                             cfg.place_latency_us * 1e-6, remote=remote, dies=dies,
-                             die_hop_s=target.cross_die_hop_us * 1e-6, steal_wait_s=steal,
-                             keep_group=cfg.keep_group)
+                             cfg.place_latency_us * 1e-6, remote=remote, dies=homes,
+                             die_hop_s=target.cross_die_hop_us * 1e-6, steal_wait_s=steal)
               for steal in (STEAL_WAITS_S if target.dies > 1 else STEAL_WAITS_S[:1])]
     return min(placed, key=lambda queues_est: queues_est[1])
+
+
+HOME_TILES_PER_PROGRAM = 16     # lane homes where a lane's largest matvec op has this many tiles per program of its share
+
+
+def lane_homes(tasks: list[Task], num_programs: int) -> int:
+    """How many homes the placement gives a one-die GPU's programs: one per lane (program p prefers lane
+    p % lanes' tasks, as a chiplet GPU's programs prefer their die's lanes) where one lane's tiles of some
+    matvec op (an event) give every program of the lane's share at least HOME_TILES_PER_PROGRAM tiles, else 1 (every program
+    takes the first ready task of any lane). With homes a program streams long runs of one lane's tiles,
+    and each lane's phases run on its own programs. H200, laneformer-7b (W1/W3: 1,024 tiles a lane, 20.7 a
+    program of 49.5): -14.8%; its FP8 kernel (10.3 a program) +3.6%, laneformer-2b (5.2) +0.9%, 2b FP8
+    (2.6) +21%, 0.5b (1.3) +4.8% (docs/design.md, Built in: lane homes)."""
+    lanes = max((t.lane for t in tasks), default=-1) + 1
+    if lanes < 2:
+        return 1
+    most = max(Counter((t.group, t.lane) for t in tasks if t.kind == "matvec" and t.lane >= 0).values(), default=0)
+    return lanes if most >= HOME_TILES_PER_PROGRAM * num_programs / lanes else 1
 
 
 REFERENCE_ATTENTION_BYTES = 2 * 64 * 128 * 2     # a split of 64 positions, head_dim 128, 16-bit cache
