@@ -100,6 +100,27 @@ def test_sequential_needs_no_waits(graphs):
     check_schedule(tasks, s.events, s.queues)
 
 
+def test_lane_homes_where_a_lanes_op_gives_each_program_many_tiles(graphs):
+    """On a one-die GPU each lane gets a home (program p prefers lane p % lanes' tasks) only where one lane's
+    tiles of some matvec op give every program of its share at least HOME_TILES_PER_PROGRAM: the tiny
+    preset's 4 lanes at 512-byte tiles have 32 tiles a lane's op, 16 a program on 8 programs (homes) and 8
+    on 16 (none). With homes most lane tasks run at home, and the schedule is sound."""
+    from kogc.scheduler.schedule import HOME_TILES_PER_PROGRAM, lane_homes
+    assert HOME_TILES_PER_PROGRAM == 16
+    cfg = TileConfig(tile_bytes=512)
+    homed = build_schedule(graphs(4), H200, "parallel", cfg, num_programs=8)
+    flat = build_schedule(graphs(4), H200, "parallel", cfg, num_programs=16)
+    assert lane_homes(homed.tasks, 8) == 4 and lane_homes(flat.tasks, 16) == 1
+    assert lane_homes(build_schedule(graphs(1), H200, "parallel", cfg, num_programs=1).tasks, 1) == 1
+    assert_queues_partition(homed.tasks, homed.queues)
+
+    def at_home(s, homes):
+        lane_tasks = {t.id: t.lane for t in s.tasks if t.lane >= 0}
+        ran = [p % homes == lane_tasks[tid] % homes for p, q in enumerate(s.queues) for tid in q if tid in lane_tasks]
+        return sum(ran) / len(ran)
+    assert at_home(homed, 4) > 0.8 > at_home(flat, 4)
+
+
 # ---------------------------------------------------------------------------------------------------
 # 2. Broken schedules are caught
 
