@@ -48,7 +48,8 @@ def place_parallel(tasks: list[Task], events: list[Event], num_programs: int,
     dies / lanes dies (all of them for one lane: no preference). A program takes the ready tasks of
     its own home (or of none: the LM head, the final norm) first, another's only when none of those
     is ready within `steal_wait_s`: a lane's chain of producers and consumers stays in one L2 where
-    the balance allows. A wait whose producer ran outside the waiter's home costs `die_hop_s` more."""
+    the balance allows. A wait whose producer ran outside the waiter's home costs `die_hop_s` more.
+    A one-die GPU passes its lanes as `dies` where they get homes (kogc.scheduler.schedule.lane_homes)."""
     n = len(tasks)
     lanes = max((t.lane for t in tasks), default=-1) + 1
     homes = min(dies, lanes) if dies > 1 else 1

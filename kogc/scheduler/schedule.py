@@ -353,17 +353,17 @@ def place_tasks(tasks: list[Task], events: list[Event], target: Target, cfg: Til
     return min(placed, key=lambda queues_est: queues_est[1])
 
 
-HOME_TILES_PER_PROGRAM = 16     # lane homes where a lane's largest matvec op has this many tiles per program of its share
+HOME_TILES_PER_PROGRAM = 16     # lane homes where a lane's largest matvec op has this many tiles a program of its share
 
 
 def lane_homes(tasks: list[Task], num_programs: int) -> int:
     """How many homes the placement gives a one-die GPU's programs: one per lane (program p prefers lane
     p % lanes' tasks, as a chiplet GPU's programs prefer their die's lanes) where one lane's tiles of some
-    matvec op (an event) give every program of the lane's share at least HOME_TILES_PER_PROGRAM tiles, else 1 (every program
-    takes the first ready task of any lane). With homes a program streams long runs of one lane's tiles,
-    and each lane's phases run on its own programs. H200, laneformer-7b (W1/W3: 1,024 tiles a lane, 20.7 a
-    program of 49.5): -14.8%; its FP8 kernel (10.3 a program) +3.6%, laneformer-2b (5.2) +0.9%, 2b FP8
-    (2.6) +21%, 0.5b (1.3) +4.8% (docs/design.md, Built in: lane homes)."""
+    matvec op (an event) give every program of the lane's share at least HOME_TILES_PER_PROGRAM tiles, else 1
+    (every program takes the first ready task of any lane). With homes a program streams long runs of one
+    lane's tiles, and each lane's phases run on its own programs. H200, laneformer-7b (W1/W3: 1,024 tiles a
+    lane, 20.7 a program of 49.5): -14.8%; its FP8 kernel (10.3 a program) +3.6%, laneformer-2b (5.2) +0.9%,
+    2b FP8 (2.6) +21%, 0.5b (1.3) +4.8% (docs/design.md, Built in: lane homes)."""
     lanes = max((t.lane for t in tasks), default=-1) + 1
     if lanes < 2:
         return 1
