@@ -48,6 +48,10 @@ class TileConfig:
                                       # other waits through attention (against none: laneformer-2b -4.4%).
                                       # None: the model's shipped profile's (kogc.settings.tile_config_for), else
                                       # DEFAULT_LANE_GROUP_STAGGER (laneformer-2b FP8 ships 6: -3.0% against 3)
+    lane_homes: int = 0               # placement on a one-die GPU: k > 1 gives program p a home, the lanes l with
+                                      # l % k == p % k, whose ready tasks it takes first (1: no homes); 0: one home a
+                                      # lane where a lane's matvec op has many tiles a program, else none
+                                      # (kogc.scheduler.schedule.lane_homes: laneformer-7b -14.8%)
     place_latency_us: float = 1.0     # placement: publish-to-acquire latency between producer and consumer
     kind_us: dict | None = None       # placement cost model: measured microseconds per task of each kind
                                       # (a profile's "matvec/rmsnorm/store": 2.7, ...); others: bytes.
@@ -86,6 +90,8 @@ def validate(cfg: TileConfig, target=None) -> TileConfig:
     if cfg.lane_group_stagger is not None and (not isinstance(cfg.lane_group_stagger, (int, float))
                                                or cfg.lane_group_stagger < 0):
         bad("lane_group_stagger", "must be a number >= 0 (or null: the model's profile's, else the default)")
+    if not isinstance(cfg.lane_homes, int) or isinstance(cfg.lane_homes, bool) or cfg.lane_homes < 0:
+        bad("lane_homes", "must be a number of homes >= 0 (0: chosen for the model, 1: none)")
     if not isinstance(cfg.place_latency_us, (int, float)) or cfg.place_latency_us < 0:
         bad("place_latency_us", "must be a number >= 0")
     if not isinstance(cfg.attn_combine_width, int) or not 0 <= cfg.attn_combine_width <= MAX_COMBINE_WIDTH:

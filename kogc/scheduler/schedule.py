@@ -345,7 +345,7 @@ def place_tasks(tasks: list[Task], events: list[Event], target: Target, cfg: Til
     on pairs of XCDs, 689 us with 2 us, 13% of edges in one XCD, against 634 us and 49% with 20)."""
     P = num_programs
     seconds = placement_seconds(tasks, cfg, target, P)
-    homes = target.dies if target.dies > 1 else lane_homes(tasks, P)
+    homes = target.dies if target.dies > 1 else cfg.lane_homes or lane_homes(tasks, P)
     placed = [place_parallel(tasks, events, P, target.hbm_read_bw / P, cfg.lane_group_stagger, seconds,
                              cfg.place_latency_us * 1e-6, remote=remote, dies=homes,
                              die_hop_s=target.cross_die_hop_us * 1e-6, steal_wait_s=steal)
@@ -363,7 +363,7 @@ def lane_homes(tasks: list[Task], num_programs: int) -> int:
     (every program takes the first ready task of any lane). With homes a program streams long runs of one
     lane's tiles, and each lane's phases run on its own programs. H200, laneformer-7b (W1/W3: 1,024 tiles a
     lane, 20.7 a program of 49.5): -14.8%; its FP8 kernel (10.3 a program) +3.6%, laneformer-2b (5.2) +0.9%,
-    2b FP8 (2.6) +21%, 0.5b (1.3) +4.8% (docs/design.md, Built in: lane homes)."""
+    2b FP8 (2.6) +21%, 0.5b (1.3) +4.8% (docs/design.md, Settings: lane_homes)."""
     lanes = max((t.lane for t in tasks), default=-1) + 1
     if lanes < 2:
         return 1
