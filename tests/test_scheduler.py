@@ -119,6 +119,8 @@ def test_lane_homes_where_a_lanes_op_gives_each_program_many_tiles(graphs):
         ran = [p % homes == lane_tasks[tid] % homes for p, q in enumerate(s.queues) for tid in q if tid in lane_tasks]
         return sum(ran) / len(ran)
     assert at_home(homed, 4) > 0.8 > at_home(flat, 4)
+    assert "lane homes: 4 (program p takes" in homed.report() and "lane homes: none" in flat.report()
+    assert re.search(r"matvec runs \(one wait, one publish a run\): \d+ runs of \d+ tasks", homed.report())
     paired = build_schedule(graphs(4), H200, "parallel", TileConfig(tile_bytes=512, lane_homes=2), num_programs=16)
     assert_queues_partition(paired.tasks, paired.queues)
     assert at_home(paired, 2) > 0.8 > at_home(flat, 2)     # lane_homes=k: program p prefers the lanes l % k == p % k

@@ -224,6 +224,14 @@ class Schedule:
         if self.placement == "parallel" and self.target.dies > 1:
             lines.append(f"dependency edges within one die (of {self.target.dies}, program p on die p % "
                          f"{self.target.dies}): {die_edge_share(self.tasks, self.queues, self.target.dies):.1%}")
+        if self.placement == "parallel" and self.target.dies == 1:
+            homes = placement_homes(self.tasks, self.target, self.tile_config, len(self.queues))
+            lines.append(f"lane homes: {homes} (program p takes the ready tasks of lanes l % {homes} == p % {homes} "
+                         f"first)" if homes > 1 else "lane homes: none (every program takes the first ready task)")
+        runs = [n for q in self.run_lengths for n in q if n > 1]
+        if runs:
+            lines.append(f"matvec runs (one wait, one publish a run): {len(runs)} runs of {sum(runs)} tasks, "
+                         f"mean {sum(runs) / len(runs):.1f}")
         if self.placement == "parallel":
             floor = total / self.target.hbm_read_bw
             lines.append(f"cost model: {self.est_seconds * 1e3:.3f} ms per step "
@@ -345,12 +353,18 @@ def place_tasks(tasks: list[Task], events: list[Event], target: Target, cfg: Til
     on pairs of XCDs, 689 us with 2 us, 13% of edges in one XCD, against 634 us and 49% with 20)."""
     P = num_programs
     seconds = placement_seconds(tasks, cfg, target, P)
-    homes = target.dies if target.dies > 1 else cfg.lane_homes or lane_homes(tasks, P)
+    homes = placement_homes(tasks, target, cfg, P)
     placed = [place_parallel(tasks, events, P, target.hbm_read_bw / P, cfg.lane_group_stagger, seconds,
                              cfg.place_latency_us * 1e-6, remote=remote, dies=homes,
                              die_hop_s=target.cross_die_hop_us * 1e-6, steal_wait_s=steal)
               for steal in (STEAL_WAITS_S if target.dies > 1 else STEAL_WAITS_S[:1])]
     return min(placed, key=lambda queues_est: queues_est[1])
+
+
+def placement_homes(tasks: list[Task], target: Target, cfg: TileConfig, num_programs: int) -> int:
+    """The homes the placement gives programs: a chiplet target's dies, else the config's lane_homes, else
+    lane_homes()'s choice."""
+    return target.dies if target.dies > 1 else cfg.lane_homes or lane_homes(tasks, num_programs)
 
 
 HOME_TILES_PER_PROGRAM = 16     # lane homes where a lane's largest matvec op has this many tiles a program of its share
