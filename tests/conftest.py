@@ -68,3 +68,18 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+def assert_queues_partition(tasks, queues):
+    """Every task on exactly one queue, and one global topological order is consistent with every
+    queue: the graph of queue order plus producer -> consumer edges has no cycle."""
+    import networkx as nx
+    placed = sorted(tid for q in queues for tid in q)
+    assert placed == [t.id for t in tasks]
+    g = nx.DiGraph()
+    g.add_nodes_from(t.id for t in tasks)
+    for q in queues:
+        g.add_edges_from(zip(q, q[1:]))
+    for t in tasks:
+        g.add_edges_from((d, t.id) for d in t.deps)
+    assert nx.is_directed_acyclic_graph(g)
