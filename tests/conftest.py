@@ -83,3 +83,16 @@ def assert_queues_partition(tasks, queues):
     for t in tasks:
         g.add_edges_from((d, t.id) for d in t.deps)
     assert nx.is_directed_acyclic_graph(g)
+
+
+@pytest.fixture(scope="module")
+def graphs():
+    """graphs(lanes): the tiny preset's IR with that many lanes (meta weights), built once a module."""
+    from kogc.frontend import to_ir
+    cache = {}
+
+    def get(lanes):
+        if lanes not in cache:
+            cache[lanes] = to_ir(lf.kogc_model("tiny", device="meta", seed=None, num_lanes=lanes))
+        return cache[lanes]
+    return get

@@ -3,22 +3,10 @@
 import re
 
 import pytest
-from conftest import assert_queues_partition, lf
+from conftest import assert_queues_partition
 
-from kogc.frontend import to_ir
 from kogc.scheduler import SchedulerError, TileConfig, build_schedule
 from kogc.targets import H200
-
-
-@pytest.fixture(scope="module")
-def graphs():
-    cache = {}
-
-    def get(lanes):
-        if lanes not in cache:
-            cache[lanes] = to_ir(lf.kogc_model("tiny", device="meta", seed=None, num_lanes=lanes))
-        return cache[lanes]
-    return get
 
 
 def test_lane_homes_where_a_lanes_op_gives_each_program_many_tiles(graphs):

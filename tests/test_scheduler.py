@@ -15,7 +15,6 @@ from hypothesis import strategies as st
 
 import laneformer as lf
 from conftest import assert_queues_partition
-from kogc.frontend import to_ir
 from kogc.scheduler import SchedulerError, TileConfig, build_schedule
 from kogc.scheduler import check as check_mod
 from kogc.scheduler.check import check_schedule
@@ -25,17 +24,6 @@ from kogc.scheduler.tasks import Region, Task
 from kogc.targets import H200
 
 CFG = TileConfig(tile_bytes=4096)
-
-
-@pytest.fixture(scope="module")
-def graphs():
-    cache = {}
-
-    def get(lanes):
-        if lanes not in cache:
-            cache[lanes] = to_ir(lf.kogc_model("tiny", device="meta", seed=None, num_lanes=lanes))
-        return cache[lanes]
-    return get
 
 
 # ---------------------------------------------------------------------------------------------------
