@@ -23,27 +23,23 @@ PLACEMENT_ATTRIBUTE = "kogc_placement"
 def placement_profiles(module: torch.nn.Module) -> list[dict]:
     """The placement profiles a model carries (its `kogc_placement` attribute: one dict or a list of
     them, each {"tile_bytes": int, "kind_us": {task kind: microseconds}, optionally "target": name,
-    "weights": the format it was measured with ("model" if absent, or "fp8"), and the placement settings that
-    format measured best with on one GPU: "lane_group_stagger" and "lane_homes"}), checked; [] if it carries
-    none."""
+    "weights": the format it was measured with ("model" if absent, or "fp8") and "lane_group_stagger":
+    the placement setting that format measured best with}), checked; [] if it carries none."""
     value = getattr(module, PLACEMENT_ATTRIBUTE, None)
     if value is None:
         return []
     profiles = value if isinstance(value, (list, tuple)) else [value]
     for p in profiles:
         stagger = p.get("lane_group_stagger") if isinstance(p, dict) else None
-        homes = p.get("lane_homes") if isinstance(p, dict) else None
         ok = (isinstance(p, dict) and isinstance(p.get("tile_bytes"), int) and isinstance(p.get("kind_us"), dict)
               and all(isinstance(k, str) and isinstance(v, (int, float)) and v > 0 for k, v in p["kind_us"].items())
               and (p.get("target") is None or str(p["target"]).lower() in ALIASES)
               and p.get("weights", "model") in WEIGHT_FORMATS
-              and (stagger is None or (isinstance(stagger, (int, float)) and stagger >= 0))
-              and (homes is None or (type(homes) is int and homes >= 1)))
+              and (stagger is None or (isinstance(stagger, (int, float)) and stagger >= 0)))
         if not ok:
             raise KogcError(f"{type(module).__name__}.{PLACEMENT_ATTRIBUTE}: a placement profile is "
                             f"{{\"tile_bytes\": int, \"kind_us\": {{kind: us > 0}}, \"target\": name, \"weights\": "
-                            f"{' | '.join(WEIGHT_FORMATS)}, \"lane_group_stagger\": number >= 0, \"lane_homes\": "
-                            f"int >= 1}}, got {p!r}")
+                            f"{' | '.join(WEIGHT_FORMATS)}, \"lane_group_stagger\": number >= 0}}, got {p!r}")
     return list(profiles)
 
 
@@ -67,9 +63,9 @@ def placement_profile(module: torch.nn.Module, target: Target, tile_bytes: int, 
 def tile_config_for(module: torch.nn.Module, target: Target, tile_config: TileConfig | None = None,
                     interpret: bool = False, weights: str = "model") -> TileConfig:
     """The settings a compile of `module` uses: `tile_config` (else the defaults, the interpreter's
-    under the interpreter), with the placement filled in where the config leaves it unset: kind_us,
-    lane_group_stagger and lane_homes from the model's shipped profile for this target, tile size and weight
-    format, else none (the bytes model), DEFAULT_LANE_GROUP_STAGGER and the lane homes' rule. weights="fp8" sets TileConfig.weights
+    under the interpreter), with the placement filled in where the config leaves it unset: kind_us and
+    lane_group_stagger from the model's shipped profile for this target, tile size and weight format,
+    else none (the bytes model) and DEFAULT_LANE_GROUP_STAGGER. weights="fp8" sets TileConfig.weights
     (a tile config may also ask for it itself). Anything that schedules a model for a kernel (kogc
     compile, kogc analyze) should go through this, so that it places as kogc.compile does."""
     cfg = tile_config or (INTERPRETER_TILES if interpret else TileConfig())
@@ -78,8 +74,6 @@ def tile_config_for(module: torch.nn.Module, target: Target, tile_config: TileCo
     profile = placement_profile(module, target, cfg.tile_bytes, cfg.weights) or {}
     if cfg.kind_us is None and profile.get("kind_us"):
         cfg = dataclasses.replace(cfg, kind_us=dict(profile["kind_us"]))
-    if cfg.lane_homes == 0 and profile.get("lane_homes"):
-        cfg = dataclasses.replace(cfg, lane_homes=profile["lane_homes"])
     return with_stagger(cfg, profile.get("lane_group_stagger"))
 
 

@@ -42,29 +42,3 @@ def test_lane_homes_setting_refuses_what_is_not_a_count(bad):
     with pytest.raises(SchedulerError, match="lane_homes"):
         from kogc.scheduler.config import validate
         validate(TileConfig(lane_homes=bad))
-
-
-def test_a_models_profile_gives_lane_homes_on_one_gpu_and_ranks_take_the_rule(graphs):
-    """laneformer-2b's fp16 profile carries four homes (with its lane groups 8 fused ops apart); its FP8
-    profile none, so the rule chooses there. The config's own count wins over a profile's. A rank of several
-    GPUs holds a shard of the lanes the profile was measured on, so it places by the rule."""
-    import laneformer as lf
-    import torch
-
-    from kogc.errors import KogcError
-    from kogc.scheduler.ranks import build_rank_schedules
-    from kogc.settings import placement_profiles, tile_config_for
-    model = lf.kogc_model("laneformer-2b", device="meta", seed=None)
-    fp16, fp8 = tile_config_for(model, H200), tile_config_for(model, H200, weights="fp8")
-    assert (fp16.lane_homes, fp16.lane_group_stagger) == (4, 8.0) and fp8.lane_homes == 0
-    assert tile_config_for(model, H200, TileConfig(lane_homes=1)).lane_homes == 1
-    asked = build_rank_schedules(graphs(4), 2, H200, tile_config=TileConfig(tile_bytes=512, lane_homes=2),
-                                 num_programs=8)
-    rule = build_rank_schedules(graphs(4), 2, H200, tile_config=TileConfig(tile_bytes=512), num_programs=8)
-    assert [s.tile_config.lane_homes for s in asked] == [0, 0]
-    assert [s.queues for s in asked] == [s.queues for s in rule]
-    bad = torch.nn.Linear(2, 2)
-    for homes in (0, 2.0, "4"):
-        bad.kogc_placement = {"tile_bytes": 4096, "kind_us": {"attention": 1.0}, "lane_homes": homes}
-        with pytest.raises(KogcError, match="lane_homes"):
-            placement_profiles(bad)

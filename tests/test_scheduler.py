@@ -419,7 +419,7 @@ def test_profiles_follow_the_weight_format(graphs):
     from kogc.scheduler.config import DEFAULT_LANE_GROUP_STAGGER
     model = lf.kogc_model("laneformer-2b", device="meta", seed=None)
     fp16, fp8 = tile_config_for(model, H200), tile_config_for(model, H200, weights="fp8")
-    assert fp16.lane_group_stagger == 8.0 and fp8.lane_group_stagger == 6.0
+    assert fp16.lane_group_stagger == DEFAULT_LANE_GROUP_STAGGER and fp8.lane_group_stagger == 6.0
     assert fp8.weights == "fp8" and fp8.kind_us != fp16.kind_us and fp8.kind_us["attention"] == 6.62
     assert tile_config_for(model, H200, TileConfig(weights="fp8")).kind_us == fp8.kind_us   # the config's format
     mine = tile_config_for(model, H200, TileConfig(lane_group_stagger=2.0, kind_us={}), weights="fp8")

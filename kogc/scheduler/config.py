@@ -49,10 +49,9 @@ class TileConfig:
                                       # None: the model's shipped profile's (kogc.settings.tile_config_for), else
                                       # DEFAULT_LANE_GROUP_STAGGER (laneformer-2b FP8 ships 6: -3.0% against 3)
     lane_homes: int = 0               # placement on a one-die GPU: k > 1 gives program p a home, the lanes l with
-                                      # l % k == p % k, whose ready tasks it takes first (1: no homes); 0: the
-                                      # model's shipped profile's, else one home a lane where a lane's matvec op
-                                      # has many tiles a program, else none (kogc.scheduler.schedule.lane_homes:
-                                      # laneformer-7b -14.8%). A rank of several GPUs always takes the rule.
+                                      # l % k == p % k, whose ready tasks it takes first (1: no homes); 0: one home a
+                                      # lane where a lane's matvec op has many tiles a program, else none
+                                      # (kogc.scheduler.schedule.lane_homes: laneformer-7b -14.8%)
     place_latency_us: float = 1.0     # placement: publish-to-acquire latency between producer and consumer
     kind_us: dict | None = None       # placement cost model: measured microseconds per task of each kind
                                       # (a profile's "matvec/rmsnorm/store": 2.7, ...); others: bytes.
