@@ -24,17 +24,7 @@ PHASE=${2:?usage: multi_gpu_run.sh G correct|speed|fp8|ordinary}
 : "${OUT:?set OUT to the folder the results go to}"
 export PYTHONPATH=${PYTHONPATH:-$PWD} CUDA_MODULE_LOADING=EAGER PYTHONUNBUFFERED=1
 
-step() {    # NAME SECONDS COMMAND...
-    local name=$1 limit=$2
-    shift 2
-    echo "$name (limit ${limit}s): $*" >> "$OUT/commands.txt"
-    local t0=$SECONDS
-    timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
-    local rc=$?
-    echo "rc=$rc after $((SECONDS - t0)) s" >> "$OUT/$name.log"
-    echo "== $name: rc=$rc after $((SECONDS - t0)) s"
-    tail -n 12 "$OUT/$name.log"
-}
+. experiments/device_step.sh
 
 case $PHASE in
 correct)
