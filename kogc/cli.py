@@ -194,6 +194,10 @@ def _parser() -> argparse.ArgumentParser:
                    help="replay: also the same tasks placed with these TileConfig fields over the profiled ones "
                         "(e.g. '{\"place_latency_us\": 2.0}'), replayed with the profile's measured times: a "
                         "placement ranked without a GPU")
+    a.add_argument("--attention-scale", metavar="F[,F...]",
+                   help="replay --place-with: the two placements also with attention's bodies times each F (a "
+                        "longer context: its splits read more of the cache; the queues serve every context), "
+                        "e.g. 2,3")
     a.add_argument("--remote-us", metavar="US[,US...]",
                    help="replay of a mirrored rank's profile (kogc bench --gpus G --mirror): also with every wait on "
                         "a peer's sum taking these latencies (a hop across GPUs), e.g. 1,3,5")
@@ -400,7 +404,9 @@ def cmd_analyze(args) -> int:
                         checkpoint=args.checkpoint, lanes=args.lanes, tile_config=_tile_json(args),
                         target=args.target, num_programs=args.programs, place_with=args.place_with,
                         remote_us=parse_floats(args.remote_us, "--remote-us") if args.remote_us else (),
-                        body_scale=args.scale_bodies)
+                        body_scale=args.scale_bodies,
+                        attention_scales=parse_floats(args.attention_scale, "--attention-scale")
+                        if args.attention_scale else ())
     print(text)
     if args.json:
         save_json(res, args.json)

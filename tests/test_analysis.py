@@ -311,13 +311,27 @@ def test_replay_under_another_placement(stamps_file, tmp_path, capsys):
     p = json.loads(out.read_text())["placed_with"]
     assert p["tile_config"] == {"place_latency_us": 3.0} and p["other_us"] > 0 and p["other_us"] != p["profiled_us"]
     assert 0 < p["programs_changed"] <= 4
+    assert p["by_attention_scale"] == []
     capsys.readouterr()
+    # --attention-scale: both placements again with attention's bodies longer (a longer context); x1 is the
+    # comparison itself, and longer bodies never shorten either replay
+    assert main(["analyze", "replay", path, "--place-with", '{"place_latency_us": 3.0}', "--attention-scale",
+                 "1,4", "--json", str(out)]) == 0
+    q = json.loads(out.read_text())["placed_with"]
+    one, four = q["by_attention_scale"]
+    assert (one["profiled_us"], one["other_us"]) == (q["profiled_us"], q["other_us"])
+    assert four["attention_scale"] == 4 and four["profiled_us"] > one["profiled_us"]
+    assert four["other_us"] > one["other_us"] and four["change"] == four["other_us"] / four["profiled_us"] - 1
+    assert "  attention's bodies x4: " in capsys.readouterr().out
     for argv, message in [
             (["analyze", "replay", path, "--place-with", '{"tile_bytes": 4096}'], "other tasks than the profiled"),
             (["analyze", "chain", path, "--place-with", "{}"], "--place-with goes with replay"),
             (["analyze", "replay", path, "--place-with", "[1]"], "must be a JSON object of TileConfig fields"),
             (["analyze", "replay", path, "--place-with", '{"place_latency": 1}'], "place_latency"),
-            (["analyze", "replay", path, "--place-with", "{"], "tile config is not JSON")]:
+            (["analyze", "replay", path, "--place-with", "{"], "tile config is not JSON"),
+            (["analyze", "replay", path, "--attention-scale", "2"], "goes with replay --place-with"),
+            (["analyze", "replay", path, "--place-with", "{}", "--attention-scale", "0"], "(F > 0)"),
+            (["analyze", "replay", path, "--place-with", "{}", "--attention-scale", "x"], "--attention-scale")]:
         assert main(argv) == 2, argv
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and message in err[0], (argv, err)

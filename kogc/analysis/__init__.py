@@ -17,11 +17,12 @@ ANALYSES = ("replay", "chain", "phases")
 
 def analyze(what: str, path: str, latencies: list[float] | None = None, first_layers_n: int = 0,
             place_with: str | None = None, remote_us: list[float] = (), body_scale: float | None = None,
-            **schedule_args) -> tuple[dict, str]:
+            attention_scales: list[float] = (), **schedule_args) -> tuple[dict, str]:
     """One analysis of a task-times file: (results, text). schedule_args: see stamps.schedule_for.
     place_with (replay only): TileConfig fields as JSON, over the profiled ones, for another placement of
-    the same tasks, replayed with the profile's times beside the profiled one. body_scale (replay only): also
-    each task kind's bodies scaled by it, one kind at a time."""
+    the same tasks, replayed with the profile's times beside the profiled one; attention_scales: that
+    comparison also with attention's bodies times each. body_scale (replay only): also each task kind's bodies
+    scaled by it, one kind at a time."""
     from ..runtime.profile import format_summary, summarize_times
     if what not in ANALYSES:
         raise ValueError(f"unknown analysis {what!r}; known: {', '.join(ANALYSES)}")
@@ -29,6 +30,8 @@ def analyze(what: str, path: str, latencies: list[float] | None = None, first_la
     latencies = latencies or [1.0]
     if place_with is not None and what != "replay":
         raise KogcError("--place-with goes with replay")
+    if attention_scales and (place_with is None or min(attention_scales) <= 0):
+        raise KogcError("--attention-scale F[,F...] (F > 0) goes with replay --place-with")
     if body_scale is not None and (what != "replay" or body_scale < 0):
         raise KogcError("--scale-bodies F (F >= 0) goes with replay")
     if remote_us and (what != "replay" or not meta.get("mirror_of")):
@@ -38,7 +41,7 @@ def analyze(what: str, path: str, latencies: list[float] | None = None, first_la
         summary = summarize_times(schedule, ids, ts)
         res = {"summary": summary, **replay(schedule, ids, ts, latencies, remote_us, body_scale)}
         if place_with is not None:
-            res["placed_with"] = _placed_with(schedule, ids, ts, meta, place_with, schedule_args)
+            res["placed_with"] = _placed_with(schedule, ids, ts, meta, place_with, schedule_args, attention_scales)
         return res, format_summary(summary) + "\n" + format_replay(res)
     if what == "chain":
         res = chain_composition(schedule, body_us(schedule, ids, ts), latencies[0])
@@ -47,7 +50,8 @@ def analyze(what: str, path: str, latencies: list[float] | None = None, first_la
     return res, format_phases(res)
 
 
-def _placed_with(schedule, ids, ts, meta: dict, place_with: str, schedule_args: dict) -> dict:
+def _placed_with(schedule, ids, ts, meta: dict, place_with: str, schedule_args: dict,
+                 attention_scales: list[float] = ()) -> dict:
     """replay_placement against the schedule of the profiled settings with place_with's fields over them."""
     from ..scheduler.config import tile_config_from_json
     tile_config_from_json(place_with)        # one clear error for bad JSON, unknown fields or values
@@ -57,7 +61,7 @@ def _placed_with(schedule, ids, ts, meta: dict, place_with: str, schedule_args: 
     if not same_tasks(schedule, other):
         raise KogcError(f"--place-with {place_with}: other tasks than the profiled schedule's (tile sizes, splits "
                         f"or kinds changed); a replay carries measured times over to another placement only")
-    return {"tile_config": fields, **replay_placement(schedule, other, ids, ts)}
+    return {"tile_config": fields, **replay_placement(schedule, other, ids, ts, attention_scales)}
 
 
 __all__ = ["ANALYSES", "PHASES", "analyze", "body_us", "chain_composition", "check_fits", "first_layers",

@@ -187,17 +187,23 @@ def same_tasks(a, b) -> bool:
         kind_key(x) == kind_key(y) and list(x.deps) == list(y.deps) for x, y in zip(a.tasks, b.tasks))
 
 
-def replay_placement(profiled, other, ids: np.ndarray, ts: np.ndarray) -> dict:
+def replay_placement(profiled, other, ids: np.ndarray, ts: np.ndarray, attention_scales: list[float] = ()) -> dict:
     """The profiled step's tasks, with their measured bodies, start overheads and notify latency,
     replayed in another placement's queues and waits (`other`: the same tasks, see same_tasks), beside
     the profiled placement replayed the same way: a placement ranked on the CPU (kogc analyze replay
-    --place-with)."""
+    --place-with). attention_scales: also both with attention's bodies times each (a longer context, whose
+    splits read more of the cache: the queues are placed once and serve every context)."""
     from .stamps import body_us
     task_us = body_us(profiled, ids, ts)
     over_a, notify, over_b = measured_overheads(profiled, ids, ts, (other,))
-    a = longest_path(profiled, task_us, notify, True, over_a)[0]
-    b = longest_path(other, task_us, notify, True, over_b)[0]
+
+    def both(scale: float) -> tuple[float, float]:
+        us = [u * scale if t.kind == "attention" else u for u, t in zip(task_us, profiled.tasks)]
+        return longest_path(profiled, us, notify, True, over_a)[0], longest_path(other, us, notify, True, over_b)[0]
+    a, b = both(1.0)
+    scaled = [dict(zip(("attention_scale", "profiled_us", "other_us"), (f, *both(f)))) for f in attention_scales]
     return {"profiled_us": a, "other_us": b, "change": b / a - 1,
+            "by_attention_scale": [{**x, "change": x["other_us"] / x["profiled_us"] - 1} for x in scaled],
             "waits": [sum(len(t.waits) for t in s.tasks) for s in (profiled, other)],
             "programs_changed": sum(qa != qb for qa, qb in zip(profiled.queues, other.queues))
             + abs(len(profiled.queues) - len(other.queues))}
@@ -236,6 +242,9 @@ def format_replay(r: dict) -> str:
         lines.append(f"placed with {p['tile_config']}: {p['other_us']:.1f} us against {p['profiled_us']:.1f} "
                      f"({p['change']:+.1%}); {p['programs_changed']} of {r['programs']} programs' queues differ; "
                      f"waits per step {p['waits'][1]} against {p['waits'][0]}")
+        for x in p["by_attention_scale"]:
+            lines.append(f"  attention's bodies x{x['attention_scale']:g}: {x['other_us']:.1f} us against "
+                         f"{x['profiled_us']:.1f} ({x['change']:+.1%})")
     return "\n".join(lines)
 
 
