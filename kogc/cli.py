@@ -193,7 +193,7 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--place-with", metavar="JSON",
                    help="replay: also the same tasks placed with these TileConfig fields over the profiled ones "
                         "(e.g. '{\"place_latency_us\": 2.0}'), replayed with the profile's measured times: a "
-                        "placement ranked without a GPU")
+                        "placement ranked without a GPU; a JSON list of such objects replays each and ranks them")
     a.add_argument("--attention-scale", metavar="F[,F...]",
                    help="replay --place-with: the two placements also with attention's bodies times each F (a "
                         "longer context: its splits read more of the cache; the queues serve every context), "

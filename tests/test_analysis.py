@@ -303,12 +303,12 @@ def test_replay_under_another_placement(stamps_file, tmp_path, capsys):
     path = stamps_file[0]
     out = tmp_path / "p.json"
     assert main(["analyze", "replay", path, "--place-with", '{"kind_us": {}}', "--json", str(out)]) == 0
-    p = json.loads(out.read_text())["placed_with"]
+    p, = json.loads(out.read_text())["placed_with"]
     assert p["other_us"] == p["profiled_us"] and p["change"] == 0.0 and p["waits"][0] == p["waits"][1]
     assert p["programs_changed"] == 0
     assert "placed with {'kind_us': {}}" in capsys.readouterr().out
     assert main(["analyze", "replay", path, "--place-with", '{"place_latency_us": 3.0}', "--json", str(out)]) == 0
-    p = json.loads(out.read_text())["placed_with"]
+    p, = json.loads(out.read_text())["placed_with"]
     assert p["tile_config"] == {"place_latency_us": 3.0} and p["other_us"] > 0 and p["other_us"] != p["profiled_us"]
     assert 0 < p["programs_changed"] <= 4
     assert p["by_attention_scale"] == []
@@ -317,16 +317,33 @@ def test_replay_under_another_placement(stamps_file, tmp_path, capsys):
     # comparison itself, and longer bodies never shorten either replay
     assert main(["analyze", "replay", path, "--place-with", '{"place_latency_us": 3.0}', "--attention-scale",
                  "1,4", "--json", str(out)]) == 0
-    q = json.loads(out.read_text())["placed_with"]
+    q, = json.loads(out.read_text())["placed_with"]
     one, four = q["by_attention_scale"]
     assert (one["profiled_us"], one["other_us"]) == (q["profiled_us"], q["other_us"])
     assert four["attention_scale"] == 4 and four["profiled_us"] > one["profiled_us"]
     assert four["other_us"] > one["other_us"] and four["change"] == four["other_us"] / four["profiled_us"] - 1
     assert "  attention's bodies x4: " in capsys.readouterr().out
+    # several placements in one replay: each result as its own replay gives it, in the given order, and a
+    # ranking of them by the mean change over the scales
+    assert main(["analyze", "replay", path, "--place-with", '[{"place_latency_us": 3.0}, {"kind_us": {}}]',
+                 "--attention-scale", "4", "--json", str(out)]) == 0
+    a, b = json.loads(out.read_text())["placed_with"]
+    assert (a["other_us"], a["by_attention_scale"]) == (q["other_us"], [four])
+    assert b["tile_config"] == {"kind_us": {}} and b["change"] == 0.0
+    text = capsys.readouterr().out
+    ranking = text[text.index("ranked by the mean change"):].splitlines()
+    assert len(ranking) == 3 and ranking[0].endswith("x1 | x4), against the profiled placement:")
+    order = [line.rsplit("| ", 1)[1] for line in ranking[1:]]
+    mean_a = (a["change"] + a["by_attention_scale"][0]["change"]) / 2
+    assert order == (['{"place_latency_us": 3.0}', '{"kind_us": {}}'] if mean_a < 0 else
+                     ['{"kind_us": {}}', '{"place_latency_us": 3.0}'])
     for argv, message in [
             (["analyze", "replay", path, "--place-with", '{"tile_bytes": 4096}'], "other tasks than the profiled"),
             (["analyze", "chain", path, "--place-with", "{}"], "--place-with goes with replay"),
-            (["analyze", "replay", path, "--place-with", "[1]"], "must be a JSON object of TileConfig fields"),
+            (["analyze", "replay", path, "--place-with", "[1]"], "a JSON object of TileConfig fields or a non-empty"),
+            (["analyze", "replay", path, "--place-with", "[]"], "a JSON object of TileConfig fields or a non-empty"),
+            (["analyze", "replay", path, "--place-with", "[{"], "--place-with is not JSON"),
+            (["analyze", "replay", path, "--place-with", '[{}, {"place_latency": 1}]'], "place_latency"),
             (["analyze", "replay", path, "--place-with", '{"place_latency": 1}'], "place_latency"),
             (["analyze", "replay", path, "--place-with", "{"], "tile config is not JSON"),
             (["analyze", "replay", path, "--attention-scale", "2"], "goes with replay --place-with"),

@@ -4,6 +4,7 @@ layer's phases. Input: a task-times file (kogc.analysis.stamps)."""
 from __future__ import annotations
 
 import json
+import sys
 
 from ..errors import KogcError
 
@@ -51,18 +52,38 @@ def analyze(what: str, path: str, latencies: list[float] | None = None, first_la
 
 
 def _placed_with(schedule, ids, ts, meta: dict, place_with: str, schedule_args: dict,
-                 attention_scales: list[float] = ()) -> dict:
-    """replay_placement against the schedule of the profiled settings with place_with's fields over them."""
-    from ..scheduler.config import tile_config_from_json
-    tile_config_from_json(place_with)        # one clear error for bad JSON, unknown fields or values
-    fields = json.loads(place_with)
+                 attention_scales: list[float] = ()) -> list[dict]:
+    """replay_placement against the schedule of the profiled settings with each of place_with's field sets
+    over them (place_with: one JSON object of TileConfig fields, or a list of them)."""
+    from ..scheduler.config import tile_config_from_fields, tile_config_from_json
+    if place_with.lstrip().startswith("["):
+        try:
+            fields_list = json.loads(place_with)
+        except json.JSONDecodeError as e:
+            raise KogcError(f"--place-with is not JSON ({e.msg} at character {e.pos}): {place_with!r}") from None
+        if not fields_list or not all(isinstance(f, dict) for f in fields_list):
+            raise KogcError(f"--place-with takes a JSON object of TileConfig fields or a non-empty list of them, "
+                            f"got {place_with!r}")
+        for f in fields_list:
+            tile_config_from_fields(f)      # one clear error for unknown fields or values
+    else:
+        tile_config_from_json(place_with)   # one clear error for bad JSON, unknown fields or values
+        fields_list = [json.loads(place_with)]
     base = json.loads(schedule_args.get("tile_config") or "null") or meta.get("tile_config") or {}
-    other = schedule_for(meta, **{**schedule_args, "tile_config": json.dumps({**base, **fields})})
-    if not same_tasks(schedule, other):
-        raise KogcError(f"--place-with {place_with}: other tasks than the profiled schedule's (tile sizes, splits "
-                        f"or kinds changed); a replay carries measured times over to another placement only")
-    return {"tile_config": fields, **replay_placement(schedule, other, ids, ts, attention_scales)}
 
+    def others():
+        for i, fields in enumerate(fields_list):
+            if len(fields_list) > 1:
+                print(f"kogc analyze: placement {i + 1} of {len(fields_list)}: {json.dumps(fields)}",
+                      file=sys.stderr, flush=True)
+            other = schedule_for(meta, **{**schedule_args, "tile_config": json.dumps({**base, **fields})})
+            if not same_tasks(schedule, other):
+                raise KogcError(f"--place-with {json.dumps(fields)}: other tasks than the profiled schedule's (tile "
+                                f"sizes, splits or kinds changed); a replay carries measured times over to another "
+                                f"placement only")
+            yield other
+    return [{"tile_config": f, **r}
+            for f, r in zip(fields_list, replay_placement(schedule, others(), ids, ts, attention_scales))]
 
 __all__ = ["ANALYSES", "PHASES", "analyze", "body_us", "chain_composition", "check_fits", "first_layers",
            "format_chain", "format_phases", "format_replay", "layer_phases", "load_stamps", "longest_path",

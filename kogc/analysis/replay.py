@@ -18,6 +18,7 @@ graph, no GPU needed:
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+import json
 
 import numpy as np
 
@@ -187,26 +188,33 @@ def same_tasks(a, b) -> bool:
         kind_key(x) == kind_key(y) and list(x.deps) == list(y.deps) for x, y in zip(a.tasks, b.tasks))
 
 
-def replay_placement(profiled, other, ids: np.ndarray, ts: np.ndarray, attention_scales: list[float] = ()) -> dict:
+def replay_placement(profiled, others, ids: np.ndarray, ts: np.ndarray, attention_scales: list[float] = ()) -> list:
     """The profiled step's tasks, with their measured bodies, start overheads and notify latency,
-    replayed in another placement's queues and waits (`other`: the same tasks, see same_tasks), beside
-    the profiled placement replayed the same way: a placement ranked on the CPU (kogc analyze replay
-    --place-with). attention_scales: also both with attention's bodies times each (a longer context, whose
-    splits read more of the cache: the queues are placed once and serve every context)."""
+    replayed in other placements' queues and waits (`others`: an iterable of schedules of the same tasks, see
+    same_tasks, taken one at a time), each beside the profiled placement replayed the same way: placements
+    ranked on the CPU (kogc analyze replay --place-with). attention_scales: also each with attention's bodies
+    times each scale (a longer context, whose splits read more of the cache: the queues are placed once and
+    serve every context).
+    One result per schedule of `others`, in their order."""
     from .stamps import body_us
     task_us = body_us(profiled, ids, ts)
-    over_a, notify, over_b = measured_overheads(profiled, ids, ts, (other,))
-
-    def both(scale: float) -> tuple[float, float]:
-        us = [u * scale if t.kind == "attention" else u for u, t in zip(task_us, profiled.tasks)]
-        return longest_path(profiled, us, notify, True, over_a)[0], longest_path(other, us, notify, True, over_b)[0]
-    a, b = both(1.0)
-    scaled = [dict(zip(("attention_scale", "profiled_us", "other_us"), (f, *both(f)))) for f in attention_scales]
-    return {"profiled_us": a, "other_us": b, "change": b / a - 1,
-            "by_attention_scale": [{**x, "change": x["other_us"] / x["profiled_us"] - 1} for x in scaled],
-            "waits": [sum(len(t.waits) for t in s.tasks) for s in (profiled, other)],
-            "programs_changed": sum(qa != qb for qa, qb in zip(profiled.queues, other.queues))
-            + abs(len(profiled.queues) - len(other.queues))}
+    split = wait_split(profiled, ids, ts)
+    over_a, notify = measured_overheads(profiled, ids, ts, split=split)
+    scales = [1.0, *attention_scales]
+    bodies = [[u * f if t.kind == "attention" else u for u, t in zip(task_us, profiled.tasks)] for f in scales]
+    base = [longest_path(profiled, us, notify, True, over_a)[0] for us in bodies]
+    results = []
+    for other in others:          # one at a time: a schedule of laneformer-2b's tasks holds hundreds of MB
+        over_b = measured_overheads(profiled, ids, ts, (other,), split=split)[2]
+        spans = [longest_path(other, us, notify, True, over_b)[0] for us in bodies]
+        scaled = [{"attention_scale": f, "profiled_us": a, "other_us": b, "change": b / a - 1}
+                  for f, a, b in zip(scales[1:], base[1:], spans[1:])]
+        results.append({"profiled_us": base[0], "other_us": spans[0], "change": spans[0] / base[0] - 1,
+                        "by_attention_scale": scaled,
+                        "waits": [sum(len(t.waits) for t in s.tasks) for s in (profiled, other)],
+                        "programs_changed": sum(qa != qb for qa, qb in zip(profiled.queues, other.queues))
+                        + abs(len(profiled.queues) - len(other.queues))})
+    return results
 
 
 def format_replay(r: dict) -> str:
@@ -237,14 +245,30 @@ def format_replay(r: dict) -> str:
     for x in w.get("remote", []):
         lines.append(f"  every wait on a peer's sum {x['remote_us']:g} us (a hop across GPUs): {x['as_scheduled_us']:.1f} us "
                      f"({x['as_scheduled_us'] / w['as_scheduled_us'] - 1:+.1%})")
-    if "placed_with" in r:
-        p = r["placed_with"]
+    for p in r.get("placed_with", []):
         lines.append(f"placed with {p['tile_config']}: {p['other_us']:.1f} us against {p['profiled_us']:.1f} "
                      f"({p['change']:+.1%}); {p['programs_changed']} of {r['programs']} programs' queues differ; "
                      f"waits per step {p['waits'][1]} against {p['waits'][0]}")
         for x in p["by_attention_scale"]:
             lines.append(f"  attention's bodies x{x['attention_scale']:g}: {x['other_us']:.1f} us against "
                          f"{x['profiled_us']:.1f} ({x['change']:+.1%})")
+    if len(r.get("placed_with", [])) > 1:
+        lines.append(format_placement_ranking(r["placed_with"]))
+    return "\n".join(lines)
+
+
+def format_placement_ranking(placed: list) -> str:
+    """The placements of one replay as a table, best first by their mean change over the attention scales
+    (x1 included): one row each, the change at each scale against the profiled placement."""
+    scales = [1.0] + [x["attention_scale"] for x in placed[0]["by_attention_scale"]]
+    def changes(p):
+        return [p["change"]] + [x["change"] for x in p["by_attention_scale"]]
+    ranked = sorted(placed, key=lambda p: float(np.mean(changes(p))))
+    head = " | ".join(f"x{f:g}" for f in scales)
+    lines = [f"ranked by the mean change (attention's bodies {head}), against the profiled placement:"]
+    for p in ranked:
+        cells = " | ".join(f"{c:+6.1%}" for c in changes(p))
+        lines.append(f"  {cells} | mean {float(np.mean(changes(p))):+6.1%} | {json.dumps(p['tile_config'])}")
     return "\n".join(lines)
 
 
