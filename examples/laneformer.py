@@ -370,13 +370,14 @@ PROFILES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "profiles")
 def placement_profiles(preset: str) -> list[dict]:
     """The placement profiles shipped for a preset, one per target and weight format
     (profiles/<preset>.<target>[.<weights>].json: the mean task bodies of a `kogc bench --profile` run, and
-    the lane groups' offset where a sweep chose another than the default), as kogc's placement reads them."""
+    the placement settings a sweep chose where they are not the defaults: the lane groups' offset, lane homes,
+    the context attention is priced at, the hop latency), as kogc's placement reads them."""
     out = []
     for name in sorted(os.listdir(PROFILES)) if os.path.isdir(PROFILES) else []:
         if name.startswith(preset + ".") and name.endswith(".json"):
             with open(os.path.join(PROFILES, name)) as f:
                 d = json.load(f)
             if d.get("model") == preset:
-                out.append({k: d[k] for k in ("target", "tile_bytes", "weights", "kind_us", "lane_group_stagger")
-                            if k in d})
+                out.append({k: d[k] for k in ("target", "tile_bytes", "weights", "kind_us", "lane_group_stagger",
+                                               "lane_homes", "cost_context", "place_latency_us") if k in d})
     return out

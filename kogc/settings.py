@@ -11,7 +11,8 @@ import torch
 from .errors import KogcError
 from .fp8 import WEIGHT_FORMATS
 from .scheduler import TileConfig
-from .scheduler.config import with_stagger
+from .scheduler.errors import SchedulerError
+from .scheduler.config import PLACEMENT_FIELDS, tile_config_from_fields, with_placement
 from .targets import ALIASES, Target, get_target, target_for_device
 
 # The interpreter runs programs one after another: big tiles keep the task count (and time) down.
@@ -23,23 +24,30 @@ PLACEMENT_ATTRIBUTE = "kogc_placement"
 def placement_profiles(module: torch.nn.Module) -> list[dict]:
     """The placement profiles a model carries (its `kogc_placement` attribute: one dict or a list of
     them, each {"tile_bytes": int, "kind_us": {task kind: microseconds}, optionally "target": name,
-    "weights": the format it was measured with ("model" if absent, or "fp8") and "lane_group_stagger":
-    the placement setting that format measured best with}), checked; [] if it carries none."""
+    "weights": the format it was measured with ("model" if absent, or "fp8"), and the placement settings that
+    format measured best with on one GPU (PLACEMENT_FIELDS: "lane_group_stagger", "lane_homes" >= 1,
+    "cost_context", "place_latency_us", checked as a TileConfig checks them)}), checked; [] if it carries
+    none."""
     value = getattr(module, PLACEMENT_ATTRIBUTE, None)
     if value is None:
         return []
     profiles = value if isinstance(value, (list, tuple)) else [value]
     for p in profiles:
-        stagger = p.get("lane_group_stagger") if isinstance(p, dict) else None
         ok = (isinstance(p, dict) and isinstance(p.get("tile_bytes"), int) and isinstance(p.get("kind_us"), dict)
               and all(isinstance(k, str) and isinstance(v, (int, float)) and v > 0 for k, v in p["kind_us"].items())
               and (p.get("target") is None or str(p["target"]).lower() in ALIASES)
               and p.get("weights", "model") in WEIGHT_FORMATS
-              and (stagger is None or (isinstance(stagger, (int, float)) and stagger >= 0)))
+              and all(p.get(f) is not None for f in PLACEMENT_FIELDS if f in p) and p.get("lane_homes") != 0)
+        if ok:
+            try:
+                tile_config_from_fields({f: p[f] for f in PLACEMENT_FIELDS if f in p})
+            except SchedulerError:
+                ok = False
         if not ok:
             raise KogcError(f"{type(module).__name__}.{PLACEMENT_ATTRIBUTE}: a placement profile is "
                             f"{{\"tile_bytes\": int, \"kind_us\": {{kind: us > 0}}, \"target\": name, \"weights\": "
-                            f"{' | '.join(WEIGHT_FORMATS)}, \"lane_group_stagger\": number >= 0}}, got {p!r}")
+                            f"{' | '.join(WEIGHT_FORMATS)}, and optionally the TileConfig settings "
+                            f"{', '.join(PLACEMENT_FIELDS)} (lane_homes >= 1)}}, got {p!r}")
     return list(profiles)
 
 
@@ -63,18 +71,18 @@ def placement_profile(module: torch.nn.Module, target: Target, tile_bytes: int, 
 def tile_config_for(module: torch.nn.Module, target: Target, tile_config: TileConfig | None = None,
                     interpret: bool = False, weights: str = "model") -> TileConfig:
     """The settings a compile of `module` uses: `tile_config` (else the defaults, the interpreter's
-    under the interpreter), with the placement filled in where the config leaves it unset: kind_us and
-    lane_group_stagger from the model's shipped profile for this target, tile size and weight format,
-    else none (the bytes model) and DEFAULT_LANE_GROUP_STAGGER. weights="fp8" sets TileConfig.weights
-    (a tile config may also ask for it itself). Anything that schedules a model for a kernel (kogc
-    compile, kogc analyze) should go through this, so that it places as kogc.compile does."""
+    under the interpreter), with the placement filled in where the config leaves it unset: kind_us and the
+    placement settings (PLACEMENT_FIELDS) from the model's shipped profile for this target, tile size and
+    weight format, else none (the bytes model) and the defaults (with_placement). weights="fp8" sets
+    TileConfig.weights (a tile config may also ask for it itself). Anything that schedules a model for a
+    kernel (kogc compile, kogc analyze) should go through this, so that it places as kogc.compile does."""
     cfg = tile_config or (INTERPRETER_TILES if interpret else TileConfig())
     if weights != "model":
         cfg = dataclasses.replace(cfg, weights=weights)
     profile = placement_profile(module, target, cfg.tile_bytes, cfg.weights) or {}
     if cfg.kind_us is None and profile.get("kind_us"):
         cfg = dataclasses.replace(cfg, kind_us=dict(profile["kind_us"]))
-    return with_stagger(cfg, profile.get("lane_group_stagger"))
+    return with_placement(cfg, profile)
 
 
 def device_target(target: Target, device: str | torch.device = "cuda", num_warps: int | None = None,

@@ -6,6 +6,7 @@ pipeline builds must pass it, and schedules we break on purpose (a dropped wait,
 on no queue or on two) must fail it with a message naming the task and the wait.
 """
 import copy
+import dataclasses
 import gc
 import re
 
@@ -370,7 +371,6 @@ def test_placement_estimate_is_its_own_replay(tasks, num_programs, latency, data
 def test_lane_groups_out_of_phase(graphs):
     # lane_group_stagger ranks the upper half of the lanes later: with a large offset and one program,
     # every op's lower-lane tasks are placed before its upper-lane tasks once both are ready
-    import dataclasses
     s = build_schedule(graphs(4), H200, "parallel", dataclasses.replace(CFG, lane_group_stagger=1000.0),
                        num_programs=1)
     check_schedule(s.tasks, s.events, s.queues)
@@ -412,7 +412,6 @@ def test_target_kind_times_apply_to_their_tile_size(graphs):
 def test_profiles_follow_the_weight_format(graphs):
     # a model's shipped profiles are per weight format: FP8 tasks are placed with FP8's times and the lane
     # groups' offset FP8 measured best with; the config's own values win; unset with no profile: the default
-    import dataclasses
     import torch
     from kogc.settings import placement_profiles, tile_config_for
     from kogc.errors import KogcError
@@ -441,6 +440,47 @@ def test_profiles_follow_the_weight_format(graphs):
         placement_profiles(bad)
 
 
+def test_a_profile_carries_every_placement_setting(graphs):
+    # a profile may name each placement setting (PLACEMENT_FIELDS) it measured best with: each fills what the
+    # config leaves unset (None; lane_homes 0), the config's own value wins, and a rank of several GPUs (a shard
+    # of the lanes the profile measured) places its lanes by the homes' rule
+    import torch
+    from kogc.errors import KogcError
+    from kogc.scheduler.config import (DEFAULT_COST_CONTEXT, DEFAULT_PLACE_LATENCY_US, PLACEMENT_FIELDS,
+                                       with_placement)
+    from kogc.scheduler.ranks import build_rank_schedules
+    from kogc.settings import placement_profiles, tile_config_for
+    assert PLACEMENT_FIELDS == ("lane_group_stagger", "lane_homes", "cost_context", "place_latency_us")
+    model = torch.nn.Linear(2, 2)
+    placed = {"lane_group_stagger": 8.0, "lane_homes": 4, "cost_context": 2048, "place_latency_us": 2.0}
+    model.kogc_placement = {"tile_bytes": 512, "kind_us": {"attention": 1.0}, **placed}
+    cfg = tile_config_for(model, H200, TileConfig(tile_bytes=512))
+    assert {f: getattr(cfg, f) for f in PLACEMENT_FIELDS} == placed
+    mine = tile_config_for(model, H200, TileConfig(tile_bytes=512, lane_homes=1, cost_context=1024,
+                                                   place_latency_us=0.5, lane_group_stagger=3.0))
+    assert (mine.lane_homes, mine.cost_context, mine.place_latency_us, mine.lane_group_stagger) == (1, 1024, 0.5, 3.0)
+    plain = with_placement(TileConfig())
+    assert (plain.cost_context, plain.place_latency_us, plain.lane_homes) == (DEFAULT_COST_CONTEXT,
+                                                                             DEFAULT_PLACE_LATENCY_US, 0)
+    # what each setting does reaches the queues: the profile's schedule is the one its settings give by hand
+    by_profile = build_schedule(graphs(4), H200, "parallel", cfg, num_programs=16)
+    by_hand = build_schedule(graphs(4), H200, "parallel", TileConfig(tile_bytes=512, kind_us={"attention": 1.0},
+                                                                     **placed), num_programs=16)
+    default = build_schedule(graphs(4), H200, "parallel", TileConfig(tile_bytes=512, kind_us={"attention": 1.0}),
+                             num_programs=16)
+    assert by_profile.queues == by_hand.queues != default.queues
+    ranks = build_rank_schedules(graphs(4), 2, H200, tile_config=cfg, num_programs=8)
+    rule = build_rank_schedules(graphs(4), 2, H200, tile_config=dataclasses.replace(cfg, lane_homes=0),
+                                num_programs=8)
+    assert [s.tile_config.lane_homes for s in ranks] == [0, 0]
+    assert [s.queues for s in ranks] == [s.queues for s in rule]
+    for field, value in [("lane_homes", 0), ("lane_homes", 2.0), ("cost_context", 0), ("cost_context", None),
+                         ("place_latency_us", -1), ("place_latency_us", "2")]:
+        model.kogc_placement = {"tile_bytes": 512, "kind_us": {"attention": 1.0}, field: value}
+        with pytest.raises(KogcError, match=field):
+            placement_profiles(model)
+
+
 def test_a_profile_of_the_same_architecture_applies_where_the_target_has_none():
     # laneformer-2b ships profiles measured on an H200; an H100 (the same SM) places with them, since on an H100
     # they measured better than the bytes model; a profile of this target's own wins over one of its architecture
@@ -465,7 +505,6 @@ def test_placement_with_measured_kind_times(graphs):
     # TileConfig.kind_us (a profile's microseconds per task kind) and place_latency_us replace the
     # bytes model in the placement: the queues change, the schedule stays sound, and a kind missing
     # from the table falls back to bytes
-    import dataclasses
     from kogc.scheduler.schedule import kind_seconds
     from kogc.scheduler.config import tile_config_from_json
     g = graphs(2)

@@ -270,11 +270,11 @@ def load_build(path: str, kind_us: dict | None = None, machine_code: bool = True
     if machine is None and machine_code and any(k in arts for k in ("ptx", "cubin", "amdgcn", "hsaco")):
         from ..codegen.aot import disassembly_summary
         machine = disassembly_summary(arts) or None
-    from ..scheduler import TileConfig
+    from ..scheduler.config import DEFAULT_PLACE_LATENCY_US
     recorded = json.loads(text).get("tile_config") or {}       # (builds before it was recorded: none)
     if kind_us is None and isinstance(recorded.get("kind_us"), dict):
         kind_us = recorded["kind_us"]                            # the task times the placement used
-    latency = recorded.get("place_latency_us", TileConfig().place_latency_us)
+    latency = recorded.get("place_latency_us") or DEFAULT_PLACE_LATENCY_US
     return Inspected(schedule, path, weight_esize(nodes, schedule), nodes, report,
                      parse_variants(_read(os.path.join(path, "variants.txt"))), machine, meta,
                      kind_us=dict(kind_us or {}), kind_us_known=kind_us is not None or bool(recorded),

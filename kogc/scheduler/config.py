@@ -11,6 +11,12 @@ from .errors import SchedulerError
 
 DEFAULT_LANE_GROUP_STAGGER = 3.0   # 3 against 2: laneformer-2b FP8 -2.7%, 7b FP8 -2.2%, 2 ranks of 2b -1.2%,
                                    # 2b fp16 and 0.5b the same; 4-6 against 3: 2b fp16 +0.0 to +1.6%, 7b FP8 +4%
+DEFAULT_COST_CONTEXT = 1024         # the context the placement's cost model prices attention at
+DEFAULT_PLACE_LATENCY_US = 1.0      # the publish-to-acquire latency the placement assumes
+
+# The placement's settings: None (lane_homes: 0) in a TileConfig takes a model's shipped profile's value, else
+# the default (kogc.settings.tile_config_for, with_placement).
+PLACEMENT_FIELDS = ("lane_group_stagger", "lane_homes", "cost_context", "place_latency_us")
 
 ESIZE = {"float32": 4, "float16": 2, "bfloat16": 2}     # bytes per element of a dtype the kernel stores
 
@@ -42,17 +48,20 @@ class TileConfig:
                                       # (head_dim 128: 64, head_dim 64: 128), at most 64 where the last split
                                       # combines (tile.attention_impl); 16 with the broadcast-product form
     elem_block: int = 512             # elements per elementwise task (a residual, a send to the peers)
-    cost_context: int = 1024          # context length the cost model assumes for attention
+    cost_context: int | None = None   # context length the cost model assumes for attention; None: the model's
+                                      # shipped profile's, else DEFAULT_COST_CONTEXT
     lane_group_stagger: float | None = None   # placement: rank the upper half of the lanes this many fused ops
                                       # later: two lane groups out of phase, one streaming its MLP while the
                                       # other waits through attention (against none: laneformer-2b -4.4%).
                                       # None: the model's shipped profile's (kogc.settings.tile_config_for), else
                                       # DEFAULT_LANE_GROUP_STAGGER (laneformer-2b FP8 ships 6: -3.0% against 3)
     lane_homes: int = 0               # placement on a one-die GPU: k > 1 gives program p a home, the lanes l with
-                                      # l % k == p % k, whose ready tasks it takes first (1: no homes); 0: one home a
-                                      # lane where a lane's matvec op has many tiles a program, else none
-                                      # (kogc.scheduler.schedule.lane_homes: laneformer-7b -14.8%)
-    place_latency_us: float = 1.0     # placement: publish-to-acquire latency between producer and consumer
+                                      # l % k == p % k, whose ready tasks it takes first (1: no homes); 0: the
+                                      # model's shipped profile's, else one home a lane where a lane's matvec op
+                                      # has many tiles a program, else none (kogc.scheduler.schedule.lane_homes:
+                                      # laneformer-7b -14.8%). A rank of several GPUs always takes the rule
+    place_latency_us: float | None = None   # placement: publish-to-acquire latency between producer and
+                                      # consumer; None: the model's shipped profile's, else DEFAULT_PLACE_LATENCY_US
     kind_us: dict | None = None       # placement cost model: measured microseconds per task of each kind
                                       # (a profile's "matvec/rmsnorm/store": 2.7, ...); others: bytes.
                                       # None: the model's shipped profile for the target, if any
@@ -85,15 +94,19 @@ def validate(cfg: TileConfig, target=None) -> TileConfig:
         bad("attn_block", "must be 0 (the default for the attention form) or a power of two")
     if not _pow2(cfg.elem_block) or cfg.elem_block < 16:
         bad("elem_block", "must be a power of two of at least 16")
-    if not isinstance(cfg.cost_context, int) or cfg.cost_context < 1:
-        bad("cost_context", "must be a positive number of positions")
+    if cfg.cost_context is not None and (not isinstance(cfg.cost_context, int) or isinstance(cfg.cost_context, bool)
+                                         or cfg.cost_context < 1):
+        bad("cost_context", "must be a positive number of positions (or null: the model's profile's, else "
+            f"{DEFAULT_COST_CONTEXT})")
     if cfg.lane_group_stagger is not None and (not isinstance(cfg.lane_group_stagger, (int, float))
                                                or cfg.lane_group_stagger < 0):
         bad("lane_group_stagger", "must be a number >= 0 (or null: the model's profile's, else the default)")
     if not isinstance(cfg.lane_homes, int) or isinstance(cfg.lane_homes, bool) or cfg.lane_homes < 0:
         bad("lane_homes", "must be a number of homes >= 0 (0: chosen for the model, 1: none)")
-    if not isinstance(cfg.place_latency_us, (int, float)) or cfg.place_latency_us < 0:
-        bad("place_latency_us", "must be a number >= 0")
+    if cfg.place_latency_us is not None and (not isinstance(cfg.place_latency_us, (int, float))
+                                             or isinstance(cfg.place_latency_us, bool) or cfg.place_latency_us < 0):
+        bad("place_latency_us", f"must be a number >= 0 (or null: the model's profile's, else "
+            f"{DEFAULT_PLACE_LATENCY_US})")
     if not isinstance(cfg.attn_combine_width, int) or not 0 <= cfg.attn_combine_width <= MAX_COMBINE_WIDTH:
         bad("attn_combine_width", f"must be a width from 0 to {MAX_COMBINE_WIDTH} (wider combines in the output "
             "projection's prologue do not fit the registers beside a weight tile)")
@@ -135,13 +148,18 @@ MAX_SPLITS = 16
 MAX_COMBINE_WIDTH = 512
 
 
-def with_stagger(cfg: TileConfig, stagger: float | None = None) -> TileConfig:
-    """`cfg` with lane_group_stagger set where it is None: `stagger` (a model's shipped profile's), else
-    DEFAULT_LANE_GROUP_STAGGER."""
-    if cfg.lane_group_stagger is not None:
-        return cfg
-    return dataclasses.replace(cfg, lane_group_stagger=float(stagger if stagger is not None
-                                                             else DEFAULT_LANE_GROUP_STAGGER))
+def with_placement(cfg: TileConfig, profile: dict | None = None) -> TileConfig:
+    """`cfg` with the placement's settings it leaves unset (PLACEMENT_FIELDS: None, lane_homes 0) taken from
+    `profile` (a model's shipped placement profile, kogc.settings), else the defaults; lane_homes stays 0 (the
+    rule, kogc.scheduler.schedule.lane_homes) where the profile names none."""
+    profile = profile or {}
+    defaults = {"lane_group_stagger": DEFAULT_LANE_GROUP_STAGGER, "cost_context": DEFAULT_COST_CONTEXT,
+                "place_latency_us": DEFAULT_PLACE_LATENCY_US, "lane_homes": 0}
+    unset = {f: profile.get(f, defaults[f]) for f in PLACEMENT_FIELDS
+             if getattr(cfg, f) is None or (f == "lane_homes" and cfg.lane_homes == 0)}
+    if "lane_group_stagger" in unset:
+        unset["lane_group_stagger"] = float(unset["lane_group_stagger"])
+    return dataclasses.replace(cfg, **unset) if unset else cfg
 
 
 def last_split_combines(cfg: TileConfig, width: int) -> bool:

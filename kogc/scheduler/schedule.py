@@ -16,7 +16,7 @@ import numpy as np
 from ..ir.graph import Graph
 from ..targets import Target
 from .check import check_schedule, check_step_closure, prune_by_program_order
-from .config import ESIZE, TileConfig, attention_splits, validate, with_stagger
+from .config import ESIZE, TileConfig, attention_splits, validate, with_placement
 from .deps import Event, derive, merge_events, order_waits_oldest_first, share_lane_events
 from .fuse import FusedOp, fuse
 from .place import bytes_model_seconds, die_edge_share, place_parallel, place_sequential
@@ -303,7 +303,7 @@ def build_schedule(graph: Graph, target: Target, placement: str = "parallel",
 
 
 def _build_schedule(graph, target, placement, tile_config, num_programs, check, prune, stages: Stages) -> Schedule:
-    cfg = with_stagger(attention_splits(validate(tile_config or TileConfig(), target), graph))
+    cfg = with_placement(attention_splits(validate(tile_config or TileConfig(), target), graph))
     ops = fuse(graph, cfg)
     tasks, layout = tile(graph, ops, cfg)
     stages.done("tile")

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from ..ir.executor import alibi_table_offsets, rope_table_offsets
 from ..ir.graph import Graph, Op
-from .config import ESIZE, TileConfig, attention_splits, last_split_combines, tile_rows
+from .config import ESIZE, TileConfig, attention_splits, last_split_combines, tile_rows, with_placement
 from .errors import SchedulerError
 from .fuse import (ALL, ATTN_COMBINE, GATED_KINDS, LAYERNORM, OTHERS, OWN, PLAIN, RESIDUAL, RMSNORM, ROPE_CACHE, ROPE_STORE,
                    STORE_ARGMAX, FusedOp, is_pow2, norm_constant)
@@ -57,7 +57,8 @@ def tile_rank(graph: Graph, ops: list[FusedOp], cfg: TileConfig) -> tuple[list[T
     """`tile`, and for one rank of several (graph.meta["ranks"] > 1, kogc.ir.shard) the sums it
     receives from its peers: a residual's term over other or all lanes, the final norm's lane sum and
     the token's key. A sender is a task of this rank too (every rank runs the same tasks)."""
-    cfg = attention_splits(cfg, graph)      # (attn_splits 0: chosen for the model, the same on every rank)
+    # attn_splits 0: chosen for the model (the same on every rank); placement settings left unset: the defaults
+    cfg = with_placement(attention_splits(cfg, graph))
     by = graph.by_name()
     es = ESIZE[graph.weight_dtype]
     lay = Layout()
