@@ -7,8 +7,9 @@ The module may carry measured task times for kogc's placement as `module.kogc_pl
 list of them, {"target": "h200", "tile_bytes": 32768, "kind_us": {task kind: microseconds}} (the mean
 task bodies `kogc bench --profile` prints), optionally with "weights" (the format they were measured
 with: "model", the default, or "fp8") and the placement settings that pair measured best with
-("lane_group_stagger", "lane_homes", "cost_context", "place_latency_us": kogc.scheduler.config.PLACEMENT_FIELDS). kogc.compile places with the one of its target, tile size and weight format, for
-what the TileConfig leaves unset (kogc.settings.tile_config_for); the example ships
+("lane_group_stagger", "lane_homes", "cost_context", "place_latency_us":
+kogc.scheduler.config.PLACEMENT_FIELDS). kogc.compile places with the one of its target, tile size and
+weight format, for what the TileConfig leaves unset (kogc.settings.tile_config_for); the example ships
 examples/profiles/laneformer-2b.h200.json and .h200.fp8.json and attaches them to that preset.
 """
 from __future__ import annotations
