@@ -17,8 +17,8 @@ graph, no GPU needed:
 """
 from __future__ import annotations
 
-from collections import Counter, defaultdict
 import json
+from collections import Counter, defaultdict
 
 import numpy as np
 

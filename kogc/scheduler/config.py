@@ -59,7 +59,7 @@ class TileConfig:
                                       # l % k == p % k, whose ready tasks it takes first (1: no homes); 0: the
                                       # model's shipped profile's, else one home a lane where a lane's matvec op
                                       # has many tiles a program, else none (kogc.scheduler.schedule.lane_homes:
-                                      # laneformer-7b -14.8%). A rank of several GPUs always takes the rule
+                                      # laneformer-7b -14.8%)
     place_latency_us: float | None = None   # placement: publish-to-acquire latency between producer and
                                       # consumer; None: the model's shipped profile's, else DEFAULT_PLACE_LATENCY_US
     kind_us: dict | None = None       # placement cost model: measured microseconds per task of each kind

@@ -49,8 +49,6 @@ def build_rank_schedules(graph: Graph, ranks: int, target: Target, placement: st
 def _build_rank_schedules(graph, ranks, target, placement, tile_config, num_programs, check, prune,
                           progress) -> list[Schedule]:
     cfg = with_placement(attention_splits(validate(tile_config or TileConfig(), target), graph))
-    if ranks > 1:   # lane homes are measured on one GPU's lanes (a model's profile); a rank's shard takes the rule
-        cfg = dataclasses.replace(cfg, lane_homes=0)
     out = []
     for r in range(ranks):
         tell = None if progress is None else (lambda stage, s, r=r: progress(f"rank {r} {stage}", s))
