@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# How one kernel serves contexts 1024 and 4096 (docs/design.md, Not built: queues placed for the context they serve,
+# attention's splits sized for the context; docs/multi-gpu.md, at longer contexts): `kogc sweep` of the settings that
+# CPU replays and the speed model ranked, each variant checked against eager at both contexts, one device call each
+# (at most 10 minutes): run from the repository root with OUT set. OUT/gpu.txt names the GPU the call got.
+#
+#   bash experiments/context_sweeps.sh placement      # laneformer-2b, four placements (about 5 minutes)
+#   bash experiments/context_sweeps.sh placement-fp8  # laneformer-2b with FP8 weights, five placements (about 6)
+#   bash experiments/context_sweeps.sh splits         # laneformer-2b and 0.5b, 16 / 32 / 64 attention splits (about 8)
+#   bash experiments/context_sweeps.sh splits-g8      # rank 0 of 8 mirrored on this GPU, the same splits (about 5)
+#
+# Each sweep writes NAME.log (with its exit code) and NAME.json under OUT; OUT/commands.txt lists what ran.
+set -u
+WHAT=${1:?usage: context_sweeps.sh placement|placement-fp8|splits|splits-g8}
+: "${OUT:?set OUT to the folder the results go to}"
+case $WHAT in placement|placement-fp8|splits|splits-g8) ;; *)
+    echo "what must be placement, placement-fp8, splits or splits-g8, not $WHAT" >&2; exit 2 ;; esac
+export PYTHONPATH=${PYTHONPATH:-$PWD} CUDA_MODULE_LOADING=EAGER PYTHONUNBUFFERED=1
+SPLITS='[{}, {"attn_splits": 32}, {"attn_combine_width": 128, "attn_splits": 64}]'
+
+sweep() {   # NAME SECONDS PRESET VARIANTS [MORE...]
+    local name=$1 limit=$2 preset=$3 variants=$4
+    shift 4
+    step "$name" "$limit" python3 -m kogc sweep --config "$preset" --context 1024,4096 --steps 50 --reps 5 \
+        --variants "$variants" --json "$OUT/$name.json" "$@"
+}
+
+. experiments/device_step.sh
+nvidia-smi --query-gpu=name,memory.total --format=csv,noheader > "$OUT/gpu.txt" 2>&1
+
+case $WHAT in
+placement)
+    sweep sweep-2b-placements 500 laneformer-2b '[{}, {"lane_group_stagger": 6, "cost_context": 3072},
+      {"lane_homes": 4, "lane_group_stagger": 8, "cost_context": 2048, "place_latency_us": 2.0},
+      {"lane_homes": 4, "lane_group_stagger": 8, "cost_context": 3072}]' ;;
+placement-fp8)
+    sweep sweep-2b-fp8-placements 560 laneformer-2b '[{"weights": "fp8"}, {"weights": "fp8", "cost_context": 2048},
+      {"weights": "fp8", "lane_group_stagger": 8, "cost_context": 2048}, {"weights": "fp8", "lane_group_stagger": 8},
+      {"weights": "fp8", "lane_group_stagger": 3.0}]' ;;
+splits)
+    sweep sweep-2b-splits 300 laneformer-2b "$SPLITS"
+    sweep sweep-05b-splits 240 laneformer-0.5b "$SPLITS" ;;
+splits-g8)
+    sweep sweep-2b-g8-splits 500 laneformer-2b '[{}, {"attn_combine_width": 128, "attn_splits": 32},
+      {"attn_combine_width": 128, "attn_splits": 64}]' --gpus 8 --mirror ;;
+esac
