@@ -393,6 +393,26 @@ def test_stream_model_with_free_memory_is_the_replay_as_scheduled(parallel):
     assert stream_replay(s, free) == pytest.approx(longest_path(s, dur, 0.7, queues=True)[0])
 
 
+def test_stream_model_charges_the_combine_to_the_last_split_of_each_kv_head():
+    """Where the last attention split of a KV head combines the splits (attn_combine_width below the lane's
+    width), the model adds combine_us once per (lane, KV head), to the split that ends last: with HBM free, no
+    combine is the replay as scheduled, and a combine lengthens the step by at most combine_us a group."""
+    from kogc.analysis.stream import StreamParams, _combining_groups, stream_replay
+    from kogc.scheduler import TileConfig
+    s = build_schedule(to_ir(tiny(num_lanes=2)), get_target("h200"), "parallel",
+                       TileConfig(tile_bytes=512, attn_combine_width=16), num_programs=8)
+    groups = set(_combining_groups(s.tasks).values())
+    assert groups and all(t.kind != "attention" or "last" in t.variant for t in s.tasks)
+    bodies = _per_kind(s, lambda k: 1.0 + 0.1 * len(k))
+    free = StreamParams(body_us=bodies, start_us=0.0, latency_us=0.0, program_gbs=1e12, hbm_gbs=1e12, hop_us=0.7,
+                        combine_us=0.0)
+    dur = [bodies[kind_key(t)] * (max(1.0, t.cost_bytes / 32768) if t.kind == "attention" else 1.0) for t in s.tasks]
+    base = stream_replay(s, free)
+    assert base == pytest.approx(longest_path(s, dur, 0.7, queues=True)[0])
+    combined = stream_replay(s, dataclasses.replace(free, combine_us=5.0))
+    assert base < combined <= base + 5.0 * len(groups)
+
+
 def test_stream_model_is_bound_by_the_bytes_when_memory_is_slow(parallel):
     """HBM far slower than the bodies: the step is the bytes at the read bandwidth (within one tile's
     worth), served in order; a per-program cap below the GPU's share only lengthens it."""

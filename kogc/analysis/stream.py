@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
-from collections import defaultdict
+from collections import Counter, defaultdict
 
 import numpy as np
 
 from ..errors import KogcError
 from ..runtime.profile import kind_key
 from ..scheduler.schedule import context_scale
+from ..scheduler.tasks import A_SLOT
 from .stamps import body_us
 
 # laneformer-2b's rank 0 of 8 with its peers mirrored (one lane a GPU, HBM idle 85% of the step):
@@ -41,6 +42,9 @@ H200_BODY_US = {
     "matvec/rmsnorm/store": 1.79, "matvec/silu_mul/store": 2.93, "matvec/silu_mul/residual": 2.46,
     "matvec/plain/store_argmax": 2.85, "residual": 1.38, "send": 3.74, "keysend": 3.46, "final_norm": 6.02,
     "combine": 4.10, "argmax": 1.73,
+    # not in that profile (its output projections combine the splits): where the last split combines, the output
+    # projection reads o as a plain vector, a residual matvec like W2 (whose prologue forms SiLU of 64 inputs)
+    "matvec/plain/residual": 2.46,
 }
 
 
@@ -55,6 +59,12 @@ class StreamParams:
     hbm_gbs: float = 4100.0          # the GPU's read bandwidth (GB/s)
     hop_us: float = 0.5              # a producer's publish reaching a waiter on the same GPU (measured notify)
     default_body_us: float = 1.5     # a kind with no body listed
+    # where the last attention split of a KV head combines the splits (TileConfig.attn_combine_width): what the
+    # combine adds to the split that ends last. Fitted to the three sweeps of that form on Laneformers (2b +5.7%,
+    # 0.5b +3.5%, rank 0 of 8 +2.6%; modelled +1.5, +5.2, +4.8% with 2 us). Llama-3.2-1B's shapes, loaded, took
+    # 3.8 us more in their last splits (8.77 against 4.93 us, medians of
+    # docs/results/2026-12-02/task-times-llama-3.2-1b-1024-4d7398e.npz), where each KV head combines 4 heads
+    combine_us: float = 2.0
 
 
 def bodies_by_kind(schedule, ids: np.ndarray, ts: np.ndarray) -> dict[str, list[float]]:
@@ -88,6 +98,8 @@ def stream_replay(view, params: StreamParams, gpu_of_program: list[int] | None =
     for p, q in enumerate(queues):
         for tid in q:
             prog[tid] = p
+    combining = _combining_groups(tasks)                   # last-split attention task -> its (lane, KV head)
+    left = Counter(combining.values())                     # splits of each still to end
     ends: dict[int, list[float]] = defaultdict(list)      # event -> its producers' end times, in order
     waiting: dict[int, list[int]] = defaultdict(list)     # event -> issued tasks short of it
     arrived = [0.0] * len(tasks)
@@ -125,6 +137,11 @@ def stream_replay(view, params: StreamParams, gpu_of_program: list[int] | None =
                 arrived[tid] = now
             try_start(tid)
             continue
+        if tid in combining and left[combining[tid]] > 0:
+            left[combining[tid]] -= 1
+            if left[combining[tid]] == 0:                  # the last split to end combines them, then publishes
+                push(now + params.combine_us, tid, True)
+                continue
         done, last = done + 1, max(last, now)
         for g in (t.group, t.publish_too, *also.get(tid, ())):
             if g >= 0:
@@ -140,3 +157,9 @@ def stream_replay(view, params: StreamParams, gpu_of_program: list[int] | None =
         raise KogcError(f"stream replay: {len(tasks) - done} of {len(tasks)} tasks never ran; "
                         f"{tasks[waiting[short][0]].op} waits on event {short}, which never counts enough")
     return last
+
+
+def _combining_groups(tasks) -> dict[int, tuple]:
+    """Each attention task whose split may combine its KV head's splits (its variant's "last"): its group,
+    (op, lane, KV head)."""
+    return {t.id: (t.op, t.lane, t.args[A_SLOT]) for t in tasks if t.kind == "attention" and "last" in t.variant}
