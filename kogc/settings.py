@@ -11,8 +11,8 @@ import torch
 from .errors import KogcError
 from .fp8 import WEIGHT_FORMATS
 from .scheduler import TileConfig
-from .scheduler.errors import SchedulerError
 from .scheduler.config import PLACEMENT_FIELDS, tile_config_from_fields, with_placement
+from .scheduler.errors import SchedulerError
 from .targets import ALIASES, Target, get_target, target_for_device
 
 # The interpreter runs programs one after another: big tiles keep the task count (and time) down.
@@ -37,18 +37,24 @@ def placement_profiles(module: torch.nn.Module) -> list[dict]:
               and all(isinstance(k, str) and isinstance(v, (int, float)) and v > 0 for k, v in p["kind_us"].items())
               and (p.get("target") is None or str(p["target"]).lower() in ALIASES)
               and p.get("weights", "model") in WEIGHT_FORMATS
-              and all(p.get(f) is not None for f in PLACEMENT_FIELDS if f in p) and p.get("lane_homes") != 0)
-        if ok:
-            try:
-                tile_config_from_fields({f: p[f] for f in PLACEMENT_FIELDS if f in p})
-            except SchedulerError:
-                ok = False
+              and _placement_settings_ok({f: p[f] for f in PLACEMENT_FIELDS if f in p}))
         if not ok:
             raise KogcError(f"{type(module).__name__}.{PLACEMENT_ATTRIBUTE}: a placement profile is "
                             f"{{\"tile_bytes\": int, \"kind_us\": {{kind: us > 0}}, \"target\": name, \"weights\": "
                             f"{' | '.join(WEIGHT_FORMATS)}, and optionally the TileConfig settings "
                             f"{', '.join(PLACEMENT_FIELDS)} (lane_homes >= 1)}}, got {p!r}")
     return list(profiles)
+
+
+def _placement_settings_ok(placed: dict) -> bool:
+    """A profile's placement settings: each set (not null; lane_homes a count >= 1), as a TileConfig checks them."""
+    if any(v is None for v in placed.values()) or placed.get("lane_homes") == 0:
+        return False
+    try:
+        tile_config_from_fields(placed)
+    except SchedulerError:
+        return False
+    return True
 
 
 def placement_profile(module: torch.nn.Module, target: Target, tile_bytes: int, weights: str = "model") -> dict | None:

@@ -274,7 +274,8 @@ def load_build(path: str, kind_us: dict | None = None, machine_code: bool = True
     recorded = json.loads(text).get("tile_config") or {}       # (builds before it was recorded: none)
     if kind_us is None and isinstance(recorded.get("kind_us"), dict):
         kind_us = recorded["kind_us"]                            # the task times the placement used
-    latency = recorded.get("place_latency_us") or DEFAULT_PLACE_LATENCY_US
+    latency = recorded.get("place_latency_us")
+    latency = DEFAULT_PLACE_LATENCY_US if latency is None else latency       # (recorded before it could be unset)
     return Inspected(schedule, path, weight_esize(nodes, schedule), nodes, report,
                      parse_variants(_read(os.path.join(path, "variants.txt"))), machine, meta,
                      kind_us=dict(kind_us or {}), kind_us_known=kind_us is not None or bool(recorded),
