@@ -224,9 +224,11 @@ def test_cli_predict_replays_the_ranks(tmp_path, capsys):
     # rank counts below 1 and negative hop times: one clear error, exit 2
     for argv, needle in ((["--gpus", "0,2"], "--gpus takes rank counts >= 1"),
                          (["--remote-us", "-1"], "--remote-us: must be >= 0"),
-                         (["--measured-ms", "0"], "--measured-ms: must be > 0")):
+                         (["--measured-ms", "0"], "--measured-ms: must be > 0"),
+                         (["--gpus", "1,3"], "--gpus 3 does not divide")):
         assert main(["predict", MODEL_FILE, "--config", "tiny", *argv]) == 2
-        assert needle in capsys.readouterr().err
+        err = capsys.readouterr().err
+        assert needle in err and "replaying" not in err     # refused before any replay starts
     # a task-times file that is not one: one clear error, exit 2
     bad = tmp_path / "x.npz"
     bad.write_bytes(b"not an npz")

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from ..ir.lanes import heads_as_lanes
+from ..ir.shard import check_shardable
 from ..scheduler.ranks import _Combined, build_rank_schedules
 from ..scheduler.schedule import build_schedule
 from .stream import StreamParams, stream_replay
@@ -29,7 +31,6 @@ def schedules_for(graph, G: int, target, cfg) -> list:
     """The schedules a step on G GPUs runs: one GPU's, or each rank's."""
     if G == 1:
         return [build_schedule(graph, target, tile_config=cfg)]
-    from ..ir.lanes import heads_as_lanes
     return build_rank_schedules(heads_as_lanes(graph, G), G, target, tile_config=cfg)   # (an ordinary decoder cut)
 
 
@@ -38,6 +39,9 @@ def predict(graph, target, cfg, gpus: list[int], params: StreamParams, remote_us
     """Per G in `gpus`: the modelled step (us, ms, tok/s), and with `measured_one_gpu_ms` the same
     calibrated by it (predicted_ms)."""
     params = dataclasses.replace(params, hbm_gbs=target.hbm_read_bw / 1e9)
+    for G in gpus:          # every rank count refused or accepted before the first (long) replay
+        if G > 1:
+            check_shardable(heads_as_lanes(graph, G), G)
 
     def step_us(G: int) -> float:
         return replay_ranks(schedules_for(graph, G, target, cfg), params, remote_us)
