@@ -388,7 +388,8 @@ def test_stream_model_with_free_memory_is_the_replay_as_scheduled(parallel):
     from kogc.analysis.stream import StreamParams, stream_replay
     s = parallel
     bodies = _per_kind(s, lambda k: 1.0 + 0.1 * len(k))
-    free = StreamParams(body_us=bodies, start_us=0.0, latency_us=0.0, program_gbs=1e12, hbm_gbs=1e12, hop_us=0.7)
+    free = StreamParams(body_us=bodies, start_us=0.0, latency_us=0.0, program_gbs=1e12, hbm_gbs=1e12, hop_us=0.7,
+                      run_tile_share=1.0)
     dur = [bodies[kind_key(t)] * (max(1.0, t.cost_bytes / 32768) if t.kind == "attention" else 1.0) for t in s.tasks]
     assert stream_replay(s, free) == pytest.approx(longest_path(s, dur, 0.7, queues=True)[0])
 
@@ -405,12 +406,38 @@ def test_stream_model_charges_the_combine_to_the_last_split_of_each_kv_head():
     assert groups and all(t.kind != "attention" or "last" in t.variant for t in s.tasks)
     bodies = _per_kind(s, lambda k: 1.0 + 0.1 * len(k))
     free = StreamParams(body_us=bodies, start_us=0.0, latency_us=0.0, program_gbs=1e12, hbm_gbs=1e12, hop_us=0.7,
-                        combine_us=0.0)
+                        combine_us=0.0, run_tile_share=1.0)
     dur = [bodies[kind_key(t)] * (max(1.0, t.cost_bytes / 32768) if t.kind == "attention" else 1.0) for t in s.tasks]
     base = stream_replay(s, free)
     assert base == pytest.approx(longest_path(s, dur, 0.7, queues=True)[0])
     combined = stream_replay(s, dataclasses.replace(free, combine_us=5.0))
     assert base < combined <= base + 5.0 * len(groups)
+
+
+def test_stream_model_charges_a_matvec_runs_later_tiles_their_share():
+    """A matvec run (one loop: one start, one wait, one publish): with HBM free, its tiles after the first cost
+    run_tile_share of their body, and the run counts at its last tile's end; with no share for them the step is the
+    replay as scheduled with those tiles free, with a whole share the replay of every tile."""
+    from kogc.analysis.stream import StreamParams, stream_replay
+    from kogc.scheduler import TileConfig
+    s = build_schedule(to_ir(tiny(num_lanes=2)), get_target("h200"), "parallel", TileConfig(tile_bytes=512),
+                       num_programs=8)
+    inside = {q[k] for q, lengths in zip(s.queues, s.run_lengths) for k, n in enumerate(lengths) if n == 0}
+    assert len(inside) > 20
+    bodies = _per_kind(s, lambda k: 1.0 + 0.1 * len(k))
+    free = StreamParams(body_us=bodies, start_us=0.0, latency_us=0.0, program_gbs=1e12, hbm_gbs=1e12, hop_us=0.7,
+                        combine_us=0.0)
+    dur = [bodies[kind_key(t)] * (max(1.0, t.cost_bytes / 32768) if t.kind == "attention" else 1.0) for t in s.tasks]
+    whole = stream_replay(s, dataclasses.replace(free, run_tile_share=1.0))
+    assert whole == pytest.approx(longest_path(s, dur, 0.7, queues=True)[0])
+    free_tiles = [0.0 if t.id in inside else d for t, d in zip(s.tasks, dur)]
+    none = stream_replay(s, dataclasses.replace(free, run_tile_share=0.0))
+    assert none == pytest.approx(longest_path(s, free_tiles, 0.7, queues=True)[0]) and none < whole
+    assert none < stream_replay(s, free) < whole
+    # a start (the table row's reads) is paid once a run, not once a tile
+    started = stream_replay(s, dataclasses.replace(free, run_tile_share=1.0, start_us=0.4))
+    starts = [0.0 if t.id in inside else 0.4 for t in s.tasks]
+    assert started == pytest.approx(longest_path(s, dur, 0.7, queues=True, overhead_us=starts)[0])
 
 
 def test_stream_model_is_bound_by_the_bytes_when_memory_is_slow(parallel):

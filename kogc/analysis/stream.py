@@ -65,6 +65,11 @@ class StreamParams:
     # 3.8 us more in their last splits (8.77 against 4.93 us, medians of
     # docs/results/2026-12-02/task-times-llama-3.2-1b-1024-4d7398e.npz), where each KV head combines 4 heads
     combine_us: float = 2.0
+    # a matvec run (Schedule.run_lengths: a program's consecutive tiles of one variant and events, run as one loop
+    # with one wait, the input vector formed once and one publish): each tile after the first costs this share of
+    # its kind's body, its products (fp16 detail profile of laneformer-2b, docs/design.md, What bounds a step: W1/W3
+    # 0.62 of 1.94 us, W2 0.72 of 2.81), and no start; the run's tiles all count at its last tile's end
+    run_tile_share: float = 0.3
 
 
 def bodies_by_kind(schedule, ids: np.ndarray, ts: np.ndarray) -> dict[str, list[float]]:
@@ -95,9 +100,15 @@ def stream_replay(view, params: StreamParams, gpu_of_program: list[int] | None =
     hbm_free: dict[int, float] = defaultdict(float)       # GPU -> when HBM has served every tile issued
     hbm_rate, program_rate = params.hbm_gbs * 1e3, params.program_gbs * 1e3    # bytes per us
     prog = [0] * len(tasks)
-    for p, q in enumerate(queues):
-        for tid in q:
+    in_run = [False] * len(tasks)                          # a run's tile after its first
+    publish_with = {}                                      # a run's last tile -> the run's other tiles
+    for p, (q, lengths) in enumerate(zip(queues, view.run_lengths)):
+        for k, (tid, n) in enumerate(zip(q, lengths)):
             prog[tid] = p
+            in_run[tid] = n == 0
+            if n > 1:
+                publish_with[q[k + n - 1]] = q[k:k + n - 1]
+    held = {u for us in publish_with.values() for u in us}  # they count with their run's last tile
     combining = _combining_groups(tasks)                   # last-split attention task -> its (lane, KV head)
     left = Counter(combining.values())                     # splits of each still to end
     ends: dict[int, list[float]] = defaultdict(list)      # event -> its producers' end times, in order
@@ -119,7 +130,8 @@ def stream_replay(view, params: StreamParams, gpu_of_program: list[int] | None =
                 waiting[g].append(tid)
                 return
             ready = max(ready, ends[g][n - 1] + (remote_us if g in remote_events else params.hop_us))
-        push(ready + _body(tasks[tid], params), tid, True)
+        share = params.run_tile_share if in_run[tid] else 1.0
+        push(ready + share * _body(tasks[tid], params), tid, True)
 
     for p, q in enumerate(queues):
         if q:
@@ -143,15 +155,17 @@ def stream_replay(view, params: StreamParams, gpu_of_program: list[int] | None =
                 push(now + params.combine_us, tid, True)
                 continue
         done, last = done + 1, max(last, now)
-        for g in (t.group, t.publish_too, *also.get(tid, ())):
-            if g >= 0:
-                ends[g].append(now)
-                for w in waiting.pop(g, []):
-                    try_start(w)
+        for u in () if tid in held else (*publish_with.get(tid, ()), tid):
+            for g in (tasks[u].group, tasks[u].publish_too, *also.get(u, ())):
+                if g >= 0:
+                    ends[g].append(now)
+                    for w in waiting.pop(g, []):
+                        try_start(w)
         p = prog[tid]
         head[p] += 1
         if head[p] < len(queues[p]):
-            push(now + params.start_us, queues[p][head[p]], False)
+            nxt = queues[p][head[p]]
+            push(now + (0.0 if in_run[nxt] else params.start_us), nxt, False)
     if done != len(tasks):
         short = next(g for g, ws in waiting.items() if ws)
         raise KogcError(f"stream replay: {len(tasks) - done} of {len(tasks)} tasks never ran; "

@@ -146,6 +146,7 @@ class _Combined:
 
     def __init__(self, schedules: list[Schedule]):
         self.toff, self.eoff, self.tasks, self.events, self.queues = [], [], [], [], []
+        self.run_lengths = [lengths for s in schedules for lengths in s.run_lengths]
         for s in schedules:
             self.toff.append(len(self.tasks))
             self.eoff.append(len(self.events))
