@@ -83,6 +83,12 @@ PLAIN_BODIES = ("note: bodies of a plain profile; the model was fitted with a de
                 "detail), whose longer bodies stand in for the late waits it lacks: with a plain profile's it reads "
                 "optimistic (laneformer-2b at 8 GPUs: -16%)")
 
+# why FP8 weights want their own bodies (docs/fp8.md, where the FP8 step's time goes)
+FP8_FP16_BODIES = ("note: the model's bodies are fp16 weights'; FP8 tiles hold twice the weights and their products "
+                   "take longer: give an FP8 profile's with --bodies (laneformer-2b at one GPU: 0.779 ms with the "
+                   "fp16 bodies, 0.963 with those of docs/results/2026-12-04/task-times-2b-fp8-detail-feacb90.npz, "
+                   "0.950 measured)")
+
 
 def cmd_predict(args) -> int:
     from .analysis.ranks import predict
@@ -118,6 +124,8 @@ def cmd_predict(args) -> int:
         print(f"  {r['gpus']} GPU(s): {r['model_ms']:.3f} ms, {r['model_tok_s']:.0f} tok/s{extra}")
     if not detail:
         print(PLAIN_BODIES)
+    if args.weights == "fp8" and not args.bodies:
+        print(FP8_FP16_BODIES)
     if args.json:
         save_json({"config": args.config, "target": target.name, "local_us": args.local_us,
                    "remote_us": args.remote_us, "bodies": args.bodies, "bodies_detail": detail,

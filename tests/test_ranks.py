@@ -210,7 +210,11 @@ def test_cli_predict_replays_the_ranks(tmp_path, capsys):
     rows = json.loads(out.read_text())["rows"]
     assert [r["gpus"] for r in rows] == [1, 2] and rows[0]["predicted_ms"] == pytest.approx(1.0)
     assert all(r["model_us"] > 0 for r in rows)
-    assert "2 GPU(s)" in capsys.readouterr().out
+    out_text = capsys.readouterr().out
+    assert "2 GPU(s)" in out_text and "FP8 tiles" not in out_text
+    # FP8 weights with the model's (fp16) bodies: predicted, with a note to give an FP8 profile's
+    assert main(["predict", MODEL_FILE, "--config", "tiny", "--gpus", "1", "--weights", "fp8"]) == 0
+    assert "give an FP8 profile's with --bodies" in capsys.readouterr().out
     # bodies from a plain profile (three stamps a task): predicted, with a note that they read optimistic
     from test_analysis import played_stamps
     from kogc.frontend import to_ir
