@@ -280,3 +280,31 @@ def test_kogc_inspect_reads_one_rank_alone():
     assert len(run_order(b.tasks, b.events, b.queues)) == len(b.tasks)
     sends = {b.tasks[x.sends[0]].group for x in s.exchanges}
     assert any(g in sends for t in b.tasks for g, _ in t.waits)
+
+
+def test_a_rank_of_one_lane_takes_more_attention_splits_the_last_combining():
+    """Each rank holding one of a Laneformer's lanes: RANK_OF_ONE_LANE_SPLITS splits, the last combining them (the
+    output projection reads o plainly); ranks of several lanes, an ordinary decoder cut into lanes, one GPU and a
+    config naming its splits keep the choice as it was."""
+    from kogc.frontend import to_ir
+    from kogc.ir.lanes import heads_as_lanes
+    from kogc.scheduler import TileConfig, build_schedule
+    from kogc.scheduler.config import RANK_OF_ONE_LANE_SPLITS
+    from kogc.scheduler.ranks import build_rank_schedules
+    from kogc.targets import get_target
+    h200 = get_target("h200")
+
+    def cfg(graph, G, tc=None):
+        s = build_rank_schedules(graph, G, h200, tile_config=tc, num_programs=8)[0] if G > 1 else \
+            build_schedule(graph, h200, "parallel", tc, num_programs=8)
+        return s.tile_config.attn_splits, s.tile_config.attn_combine_width, {t.variant[3] for t in s.tasks
+                                                                             if t.kind == "matvec"}
+
+    one_lane = cfg(to_ir(tiny(num_lanes=2, num_hidden_layers=1)), 2)
+    assert one_lane[:2] == (RANK_OF_ONE_LANE_SPLITS, 0) and "attn_combine" not in one_lane[2]
+    assert cfg(to_ir(tiny(num_lanes=4, num_hidden_layers=1)), 2)[:2] == (16, 512)
+    one_gpu = cfg(to_ir(tiny(num_lanes=2, num_hidden_layers=1)), 1)
+    assert one_gpu[:2] == (16, 512) and "attn_combine" in one_gpu[2]
+    assert cfg(to_ir(tiny(num_lanes=2, num_hidden_layers=1)), 2, TileConfig(attn_splits=8))[:2] == (8, 512)
+    cut = heads_as_lanes(to_ir(tiny(num_lanes=1, num_hidden_layers=1)), 2)
+    assert cut.meta["lanes_from_heads"] and cfg(cut, 2)[0] != RANK_OF_ONE_LANE_SPLITS

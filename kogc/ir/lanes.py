@@ -203,4 +203,4 @@ def heads_as_lanes(graph: Graph, L: int) -> Graph:
                              n.scope)).name
             continue
         add(dataclasses.replace(n, inputs=tuple(ins)))
-    return verify(Graph(out, {**graph.meta, "num_lanes": L}), f"heads as {L} lanes")
+    return verify(Graph(out, {**graph.meta, "num_lanes": L, "lanes_from_heads": True}), f"heads as {L} lanes")

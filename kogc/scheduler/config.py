@@ -168,6 +168,23 @@ def last_split_combines(cfg: TileConfig, width: int) -> bool:
     return width > cfg.attn_combine_width
 
 
+# A rank holding one lane of a Laneformer (L = G): its programs idle through most of the step while the lane's
+# attention splits lie on its chain, so more and shorter splits, the last combining them, cost nothing at context
+# 1024 and gain where splits grow. laneformer-2b, rank 0 of 8 mirrored, against 16 splits combined by the output
+# projection: H100, 2026-12-06, -0.2% at 1024 and -8.7% at 4096 (64 splits: +3.3 / -12.6%); H200, +0.2% at 1024
+# (docs/multi-gpu.md, at longer contexts). With 16 splits the last split's combine alone lost 2.6% (H200).
+RANK_OF_ONE_LANE_SPLITS = 32
+
+
+def rank_attention(cfg: TileConfig, graph, ranks: int) -> TileConfig:
+    """`cfg` for the ranks of `graph` over `ranks` GPUs: where each rank holds one of a Laneformer's lanes and the
+    config leaves the splits to be chosen, RANK_OF_ONE_LANE_SPLITS splits with the last one combining them."""
+    one_lane = ranks > 1 and graph.meta.get("num_lanes") == ranks and not graph.meta.get("lanes_from_heads")
+    if not one_lane or cfg.attn_splits:
+        return cfg
+    return dataclasses.replace(cfg, attn_splits=RANK_OF_ONE_LANE_SPLITS, attn_combine_width=0)
+
+
 def attention_splits(cfg: TileConfig, graph) -> TileConfig:
     """`cfg` with attn_splits chosen for the model when it is 0: 16, or where the output projection's
     tasks combine the splits, the most (at most 16) whose partials they read within a weight tile's

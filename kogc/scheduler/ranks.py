@@ -19,7 +19,7 @@ from ..ir.graph import Graph
 from ..ir.shard import shard
 from ..targets import Target
 from .check import check_schedule, feeders, prune_by_program_order
-from .config import TileConfig, attention_splits, validate, with_placement
+from .config import TileConfig, attention_splits, rank_attention, validate, with_placement
 from .deps import Event, derive, merge_events, order_waits_oldest_first
 from .errors import SchedulerError
 from .fuse import fuse
@@ -48,7 +48,8 @@ def build_rank_schedules(graph: Graph, ranks: int, target: Target, placement: st
 
 def _build_rank_schedules(graph, ranks, target, placement, tile_config, num_programs, check, prune,
                           progress) -> list[Schedule]:
-    cfg = with_placement(attention_splits(validate(tile_config or TileConfig(), target), graph))
+    cfg = with_placement(attention_splits(rank_attention(validate(tile_config or TileConfig(), target), graph, ranks),
+                                          graph))
     out = []
     for r in range(ranks):
         tell = None if progress is None else (lambda stage, s, r=r: progress(f"rank {r} {stage}", s))
