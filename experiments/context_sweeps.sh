@@ -4,10 +4,10 @@
 # CPU replays and the speed model ranked, each variant checked against eager at both contexts, one device call each
 # (at most 10 minutes): run from the repository root with OUT set. OUT/gpu.txt names the GPU the call got.
 #
-#   bash experiments/context_sweeps.sh placement      # laneformer-2b, four placements (about 5 minutes)
-#   bash experiments/context_sweeps.sh placement-fp8  # laneformer-2b with FP8 weights, five placements (about 6)
-#   bash experiments/context_sweeps.sh splits         # laneformer-2b and 0.5b, 16 / 32 / 64 attention splits (about 8)
-#   bash experiments/context_sweeps.sh splits-g8      # rank 0 of 8 mirrored on this GPU, the same splits (about 5)
+#   bash experiments/context_sweeps.sh placement      # laneformer-2b, four placements (about 2 minutes on an H100)
+#   bash experiments/context_sweeps.sh placement-fp8  # laneformer-2b with FP8 weights, five placements (about 2-3)
+#   bash experiments/context_sweeps.sh splits         # laneformer-2b and 0.5b, 16 / 32 / 64 attention splits (about 3)
+#   bash experiments/context_sweeps.sh splits-g8      # rank 0 of 8 mirrored on this GPU, the same splits (about 2)
 #
 # Each sweep writes NAME.log (with its exit code) and NAME.json under OUT; OUT/commands.txt lists what ran.
 set -u
@@ -41,6 +41,7 @@ splits)
     sweep sweep-2b-splits 300 laneformer-2b "$SPLITS"
     sweep sweep-05b-splits 240 laneformer-0.5b "$SPLITS" ;;
 splits-g8)
-    sweep sweep-2b-g8-splits 500 laneformer-2b '[{}, {"attn_combine_width": 128, "attn_splits": 32},
+    # {}: a rank of one lane's default, 32 splits with the last combining; 16: the output projection combining
+    sweep sweep-2b-g8-splits 500 laneformer-2b '[{}, {"attn_splits": 16},
       {"attn_combine_width": 128, "attn_splits": 64}]' --gpus 8 --mirror ;;
 esac
