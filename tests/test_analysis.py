@@ -382,15 +382,23 @@ def _per_kind(schedule, us_of):
     return {kind_key(t): us_of(kind_key(t)) for t in schedule.tasks}
 
 
+def _free_memory(s, **params):
+    """Stream-model parameters with HBM free (no start, no latency, unbounded rates, a 0.7 us hop) and bodies
+    made up per kind, and each task's body as the replay as scheduled takes it (attention scaled by its bytes)."""
+    from kogc.analysis.stream import StreamParams
+    bodies = _per_kind(s, lambda k: 1.0 + 0.1 * len(k))
+    free = StreamParams(body_us=bodies, start_us=0.0, latency_us=0.0, program_gbs=1e12, hbm_gbs=1e12, hop_us=0.7,
+                        **params)
+    dur = [bodies[kind_key(t)] * (max(1.0, t.cost_bytes / 32768) if t.kind == "attention" else 1.0) for t in s.tasks]
+    return free, dur
+
+
 def test_stream_model_with_free_memory_is_the_replay_as_scheduled(parallel):
     """With HBM free (no start, no latency, unbounded rates) the event simulation is the as-scheduled
     longest path of the same bodies and hop, whichever its order of events."""
-    from kogc.analysis.stream import StreamParams, stream_replay
+    from kogc.analysis.stream import stream_replay
     s = parallel
-    bodies = _per_kind(s, lambda k: 1.0 + 0.1 * len(k))
-    free = StreamParams(body_us=bodies, start_us=0.0, latency_us=0.0, program_gbs=1e12, hbm_gbs=1e12, hop_us=0.7,
-                      run_tile_share=1.0)
-    dur = [bodies[kind_key(t)] * (max(1.0, t.cost_bytes / 32768) if t.kind == "attention" else 1.0) for t in s.tasks]
+    free, dur = _free_memory(s, run_tile_share=1.0)
     assert stream_replay(s, free) == pytest.approx(longest_path(s, dur, 0.7, queues=True)[0])
 
 
@@ -398,16 +406,13 @@ def test_stream_model_charges_the_combine_to_the_last_split_of_each_kv_head():
     """Where the last attention split of a KV head combines the splits (attn_combine_width below the lane's
     width), the model adds combine_us once per (lane, KV head), to the split that ends last: with HBM free, no
     combine is the replay as scheduled, and a combine lengthens the step by at most combine_us a group."""
-    from kogc.analysis.stream import StreamParams, _combining_groups, stream_replay
+    from kogc.analysis.stream import _combining_groups, stream_replay
     from kogc.scheduler import TileConfig
     s = build_schedule(to_ir(tiny(num_lanes=2)), get_target("h200"), "parallel",
                        TileConfig(tile_bytes=512, attn_combine_width=16), num_programs=8)
     groups = set(_combining_groups(s.tasks).values())
     assert groups and all(t.kind != "attention" or "last" in t.variant for t in s.tasks)
-    bodies = _per_kind(s, lambda k: 1.0 + 0.1 * len(k))
-    free = StreamParams(body_us=bodies, start_us=0.0, latency_us=0.0, program_gbs=1e12, hbm_gbs=1e12, hop_us=0.7,
-                        combine_us=0.0, run_tile_share=1.0)
-    dur = [bodies[kind_key(t)] * (max(1.0, t.cost_bytes / 32768) if t.kind == "attention" else 1.0) for t in s.tasks]
+    free, dur = _free_memory(s, combine_us=0.0, run_tile_share=1.0)
     base = stream_replay(s, free)
     assert base == pytest.approx(longest_path(s, dur, 0.7, queues=True)[0])
     combined = stream_replay(s, dataclasses.replace(free, combine_us=5.0))
@@ -418,16 +423,13 @@ def test_stream_model_charges_a_matvec_runs_later_tiles_their_share():
     """A matvec run (one loop: one start, one wait, one publish): with HBM free, its tiles after the first cost
     run_tile_share of their body, and the run counts at its last tile's end; with no share for them the step is the
     replay as scheduled with those tiles free, with a whole share the replay of every tile."""
-    from kogc.analysis.stream import StreamParams, stream_replay
+    from kogc.analysis.stream import stream_replay
     from kogc.scheduler import TileConfig
     s = build_schedule(to_ir(tiny(num_lanes=2)), get_target("h200"), "parallel", TileConfig(tile_bytes=512),
                        num_programs=8)
     inside = {q[k] for q, lengths in zip(s.queues, s.run_lengths) for k, n in enumerate(lengths) if n == 0}
     assert len(inside) > 20
-    bodies = _per_kind(s, lambda k: 1.0 + 0.1 * len(k))
-    free = StreamParams(body_us=bodies, start_us=0.0, latency_us=0.0, program_gbs=1e12, hbm_gbs=1e12, hop_us=0.7,
-                        combine_us=0.0)
-    dur = [bodies[kind_key(t)] * (max(1.0, t.cost_bytes / 32768) if t.kind == "attention" else 1.0) for t in s.tasks]
+    free, dur = _free_memory(s, combine_us=0.0)
     whole = stream_replay(s, dataclasses.replace(free, run_tile_share=1.0))
     assert whole == pytest.approx(longest_path(s, dur, 0.7, queues=True)[0])
     free_tiles = [0.0 if t.id in inside else d for t, d in zip(s.tasks, dur)]
