@@ -36,12 +36,11 @@ for k, v in sorted(per.items()):
 target = get_target("h200")
 model = build_for_tracing("examples/laneformer.py", preset="laneformer-2b")
 graph = to_ir(model)
-cfg = tile_config_for(model, target, None)
 measured = {1: 1.363, 2: 0.898, 4: 0.699, 8: 0.572}
 orig = stream._body
 for form in sys.argv[2].split(","):
     for G in (1, 2, 4, 8):
-        sch = schedules_for(graph, G, target, cfg)
+        sch = schedules_for(graph, G, target, tile_config_for(model, target, None, gpus=G))
         params = stream.StreamParams(hbm_gbs=target.hbm_read_bw / 1e9)
         params.body_us.update(med)
         if form == "sampled":

@@ -162,7 +162,7 @@ def _compile_ranked(module, target, device, interpret, tile_config, num_programs
     if not interpret:
         tgt = device_target(tgt, device, num_warps, max_registers)
     placement = "sequential" if interpret else "parallel"
-    cfg = tile_config_for(module, tgt, tile_config, interpret, weights)
+    cfg = tile_config_for(module, tgt, tile_config, interpret, weights, gpus)
     if one_gpu == "mirror":       # rank 0 with all of this GPU's programs, its peers mirrored by itself
         from .runtime.ranks import mirror_rank
         schedules = build_rank_schedules(graph, gpus, tgt, placement, cfg, num_programs=num_programs)

@@ -52,7 +52,7 @@ def _compile(args) -> int:
     from .scheduler import SchedulerError, build_schedule
     from .settings import tile_config_for
     print_progress(2, total, f"IR has {len(graph.nodes)} nodes; scheduling for {target.name}", t0)
-    cfg = tile_config_for(model, target, parse_tile_config(args.tile_config), weights=args.weights)
+    cfg = tile_config_for(model, target, parse_tile_config(args.tile_config), weights=args.weights, gpus=args.gpus)
     if args.gpus != 1:
         return compile_ranks(args, graph, target, cfg, t0, total)
     try:

@@ -108,13 +108,14 @@ def cmd_predict(args) -> int:
     model = build_for_tracing(args.model_file, preset=None if args.checkpoint else args.config,
                               checkpoint=args.checkpoint, **({"num_lanes": args.lanes} if args.lanes else {}))
     graph = to_ir(model)
-    cfg = tile_config_for(model, target, parse_tile_config(args.tile_config), weights=args.weights)
+    given = parse_tile_config(args.tile_config)
     params = StreamParams(hop_us=args.local_us)
     detail = True
     if args.bodies:
         bodies, detail = _bodies_from(args.bodies)
         params.body_us.update(bodies)
-    rows = predict(graph, target, cfg, gpus, params, args.remote_us, args.measured_ms,
+    rows = predict(graph, target, lambda G: tile_config_for(model, target, given, weights=args.weights, gpus=G), gpus,
+                   params, args.remote_us, args.measured_ms,
                    progress=lambda G: print_progress(gpus.index(G) + 1, len(gpus), f"replaying {G} rank(s)", t0))
     print(f"{args.checkpoint or args.config} on {target.name}: hop {args.local_us:g} us within a GPU, "
           f"{args.remote_us:g} us across; bodies {args.bodies or 'of laneformer-2b on an H200'} (a model)")

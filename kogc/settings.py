@@ -75,17 +75,21 @@ def placement_profile(module: torch.nn.Module, target: Target, tile_bytes: int, 
 
 
 def tile_config_for(module: torch.nn.Module, target: Target, tile_config: TileConfig | None = None,
-                    interpret: bool = False, weights: str = "model") -> TileConfig:
+                    interpret: bool = False, weights: str = "model", gpus: int = 1) -> TileConfig:
     """The settings a compile of `module` uses: `tile_config` (else the defaults, the interpreter's
     under the interpreter), with the placement filled in where the config leaves it unset: kind_us and the
     placement settings (PLACEMENT_FIELDS) from the model's shipped profile for this target, tile size and
     weight format, else none (the bytes model) and the defaults (with_placement). weights="fp8" sets
-    TileConfig.weights (a tile config may also ask for it itself). Anything that schedules a model for a
-    kernel (kogc compile, kogc analyze) should go through this, so that it places as kogc.compile does."""
+    TileConfig.weights (a tile config may also ask for it itself). A profile's lane_homes counts homes for one
+    GPU's lanes: the ranks of gpus > 1, each holding a share of them, take lane_homes from the rule
+    (kogc.scheduler.schedule.lane_homes) instead. Anything that schedules a model for a kernel (kogc compile,
+    kogc analyze) should go through this, so that it places as kogc.compile does."""
     cfg = tile_config or (INTERPRETER_TILES if interpret else TileConfig())
     if weights != "model":
         cfg = dataclasses.replace(cfg, weights=weights)
     profile = placement_profile(module, target, cfg.tile_bytes, cfg.weights) or {}
+    if gpus > 1:
+        profile = {k: v for k, v in profile.items() if k != "lane_homes"}
     if cfg.kind_us is None and profile.get("kind_us"):
         cfg = dataclasses.replace(cfg, kind_us=dict(profile["kind_us"]))
     return with_placement(cfg, profile)

@@ -89,6 +89,11 @@ def test_a_profile_carries_every_placement_setting(graphs):
     mine = tile_config_for(model, H200, TileConfig(tile_bytes=512, lane_homes=1, cost_context=1024,
                                                    place_latency_us=0.5, lane_group_stagger=3.0))
     assert (mine.lane_homes, mine.cost_context, mine.place_latency_us, mine.lane_group_stagger) == (1, 1024, 0.5, 3.0)
+    # homes are counted for one GPU's lanes: a rank of several GPUs holds a share of them, so its lane_homes is
+    # the rule's (0); the profile's other settings and a config's own homes reach the ranks unchanged
+    ranked = tile_config_for(model, H200, TileConfig(tile_bytes=512), gpus=2)
+    assert ranked == dataclasses.replace(cfg, lane_homes=0)
+    assert tile_config_for(model, H200, TileConfig(tile_bytes=512, lane_homes=4), gpus=8).lane_homes == 4
     plain = with_placement(TileConfig())
     assert (plain.cost_context, plain.place_latency_us, plain.lane_homes) == (DEFAULT_COST_CONTEXT,
                                                                              DEFAULT_PLACE_LATENCY_US, 0)

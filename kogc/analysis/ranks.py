@@ -34,17 +34,18 @@ def schedules_for(graph, G: int, target, cfg) -> list:
     return build_rank_schedules(heads_as_lanes(graph, G), G, target, tile_config=cfg)   # (an ordinary decoder cut)
 
 
-def predict(graph, target, cfg, gpus: list[int], params: StreamParams, remote_us: float,
+def predict(graph, target, config_for, gpus: list[int], params: StreamParams, remote_us: float,
             measured_one_gpu_ms: float | None = None, progress=None) -> list[dict]:
-    """Per G in `gpus`: the modelled step (us, ms, tok/s), and with `measured_one_gpu_ms` the same
-    calibrated by it (predicted_ms)."""
+    """Per G in `gpus`: the modelled step (us, ms, tok/s) of the schedules placed with `config_for(G)` (the
+    TileConfig a compile for G GPUs takes: kogc.settings.tile_config_for), and with `measured_one_gpu_ms` the
+    same calibrated by it (predicted_ms)."""
     params = dataclasses.replace(params, hbm_gbs=target.hbm_read_bw / 1e9)
     for G in gpus:          # every rank count refused or accepted before the first (long) replay
         if G > 1:
             check_shardable(heads_as_lanes(graph, G), G)
 
     def step_us(G: int) -> float:
-        return replay_ranks(schedules_for(graph, G, target, cfg), params, remote_us)
+        return replay_ranks(schedules_for(graph, G, target, config_for(G)), params, remote_us)
 
     steps = {}
     for G in gpus:

@@ -100,7 +100,8 @@ def schedule_for(meta: dict, model_file: str | None = None, preset: str | None =
         raise KogcError(e.args[0]) from None
     model = build_for_tracing(model_file, preset=preset, checkpoint=checkpoint, **overrides)
     from ..settings import tile_config_for
-    cfg = tile_config_for(model, tgt, cfg)   # placed as kogc.compile places it (a recorded kind_us is kept)
+    # placed as kogc.compile places it (a recorded kind_us is kept)
+    cfg = tile_config_for(model, tgt, cfg, gpus=meta.get("mirror_of") or 1)
     programs = num_programs or meta.get("num_programs")
     if meta.get("mirror_of"):    # rank 0 of G, its peers mirrored: read as one GPU's schedule
         from ..scheduler.ranks import build_rank_schedules, mirrored

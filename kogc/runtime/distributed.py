@@ -78,7 +78,7 @@ def compile_rank(module, graph, target, tile_config, num_programs, num_warps, ma
         else:
             dist.init_process_group("nccl", device_id=torch.device(device))
     tgt = device_target(target, device, num_warps, max_registers)
-    cfg = tile_config_for(module, tgt, tile_config, weights=weights)
+    cfg = tile_config_for(module, tgt, tile_config, weights=weights, gpus=gpus)
     schedules = build_rank_schedules(graph, gpus, tgt, "parallel", cfg, num_programs=num_programs)
     shared = []
 
