@@ -80,16 +80,18 @@ def tile_config_for(module: torch.nn.Module, target: Target, tile_config: TileCo
     under the interpreter), with the placement filled in where the config leaves it unset: kind_us and the
     placement settings (PLACEMENT_FIELDS) from the model's shipped profile for this target, tile size and
     weight format, else none (the bytes model) and the defaults (with_placement). weights="fp8" sets
-    TileConfig.weights (a tile config may also ask for it itself). A profile's lane_homes counts homes for one
-    GPU's lanes: the ranks of gpus > 1, each holding a share of them, take lane_homes from the rule
-    (kogc.scheduler.schedule.lane_homes) instead. Anything that schedules a model for a kernel (kogc compile,
+    TileConfig.weights (a tile config may also ask for it itself). A profile's placement settings were measured
+    on one GPU, where it places all the lanes: the ranks of gpus > 1, each a share of them, take its task times
+    and the defaults (the rule's homes, kogc.scheduler.schedule.lane_homes). On them laneformer-2b's one-GPU
+    settings (four homes, placed for context 2048) read +35% at G = 2 in the speed model, +20% without the homes
+    (kogc predict). Anything that schedules a model for a kernel (kogc compile,
     kogc analyze) should go through this, so that it places as kogc.compile does."""
     cfg = tile_config or (INTERPRETER_TILES if interpret else TileConfig())
     if weights != "model":
         cfg = dataclasses.replace(cfg, weights=weights)
     profile = placement_profile(module, target, cfg.tile_bytes, cfg.weights) or {}
     if gpus > 1:
-        profile = {k: v for k, v in profile.items() if k != "lane_homes"}
+        profile = {k: v for k, v in profile.items() if k not in PLACEMENT_FIELDS}
     if cfg.kind_us is None and profile.get("kind_us"):
         cfg = dataclasses.replace(cfg, kind_us=dict(profile["kind_us"]))
     return with_placement(cfg, profile)

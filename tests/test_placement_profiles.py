@@ -50,7 +50,8 @@ def test_profiles_follow_the_weight_format(graphs):
     from kogc.scheduler.config import DEFAULT_LANE_GROUP_STAGGER
     model = lf.kogc_model("laneformer-2b", device="meta", seed=None)
     fp16, fp8 = tile_config_for(model, H200), tile_config_for(model, H200, weights="fp8")
-    assert fp16.lane_group_stagger == DEFAULT_LANE_GROUP_STAGGER and fp8.lane_group_stagger == 6.0
+    assert (fp16.lane_homes, fp16.lane_group_stagger, fp16.cost_context) == (4, 8.0, 2048)   # four homes, for 2048
+    assert (fp8.lane_homes, fp8.lane_group_stagger, fp8.cost_context) == (0, 6.0, 1024)      # FP8's own
     assert fp8.weights == "fp8" and fp8.kind_us != fp16.kind_us and fp8.kind_us["attention"] == 6.62
     assert tile_config_for(model, H200, TileConfig(weights="fp8")).kind_us == fp8.kind_us   # the config's format
     mine = tile_config_for(model, H200, TileConfig(lane_group_stagger=2.0, kind_us={}), weights="fp8")
@@ -89,11 +90,13 @@ def test_a_profile_carries_every_placement_setting(graphs):
     mine = tile_config_for(model, H200, TileConfig(tile_bytes=512, lane_homes=1, cost_context=1024,
                                                    place_latency_us=0.5, lane_group_stagger=3.0))
     assert (mine.lane_homes, mine.cost_context, mine.place_latency_us, mine.lane_group_stagger) == (1, 1024, 0.5, 3.0)
-    # homes are counted for one GPU's lanes: a rank of several GPUs holds a share of them, so its lane_homes is
-    # the rule's (0); the profile's other settings and a config's own homes reach the ranks unchanged
-    ranked = tile_config_for(model, H200, TileConfig(tile_bytes=512), gpus=2)
-    assert ranked == dataclasses.replace(cfg, lane_homes=0)
-    assert tile_config_for(model, H200, TileConfig(tile_bytes=512, lane_homes=4), gpus=8).lane_homes == 4
+    # the settings were measured on one GPU, placing all the lanes: a rank of several GPUs, a share of them,
+    # takes the profile's task times and the defaults; a config's own settings reach the ranks unchanged
+    assert tile_config_for(model, H200, TileConfig(tile_bytes=512), gpus=2) == with_placement(
+        TileConfig(tile_bytes=512, kind_us={"attention": 1.0}))
+    assert tile_config_for(model, H200, TileConfig(tile_bytes=512, lane_homes=4, cost_context=2048),
+                           gpus=8) == with_placement(TileConfig(tile_bytes=512, kind_us={"attention": 1.0},
+                                                                lane_homes=4, cost_context=2048))
     plain = with_placement(TileConfig())
     assert (plain.cost_context, plain.place_latency_us, plain.lane_homes) == (DEFAULT_COST_CONTEXT,
                                                                              DEFAULT_PLACE_LATENCY_US, 0)
