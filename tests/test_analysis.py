@@ -220,6 +220,28 @@ def test_stamps_round_trip(stamps_file):
     assert again == {**meta, "read_bw_Bps": 4.1e12} and (got_ids == ids).all() and (got_ts == ts).all()
 
 
+def test_a_recorded_config_is_read_as_compiled_not_filled_from_todays_profile():
+    # a file's meta records the settings its compile used, the profile of that day filled in; a profile that
+    # gained settings since (laneformer-2b's four lane homes) must not move the file's queues: what the record
+    # leaves unset (lane_homes absent: the rule's, as then) takes the defaults. A config given, or none recorded,
+    # is placed as kogc.compile places it today.
+    import laneformer as lf
+    from kogc.analysis.stamps import recorded_config
+    from kogc.scheduler import TileConfig
+    from kogc.settings import tile_config_for
+    from kogc.targets import H200
+    model = lf.kogc_model("laneformer-2b", device="meta", seed=None)
+    then = {"tile_bytes": 32768, "lane_group_stagger": 2.0, "cost_context": 1024, "place_latency_us": 1.0,
+            "kind_us": {"attention": 5.48}}
+    cfg = recorded_config({"tile_config": then}, model, H200)
+    assert (cfg.lane_homes, cfg.lane_group_stagger, cfg.cost_context, cfg.kind_us) == (0, 2.0, 1024, then["kind_us"])
+    assert recorded_config({}, model, H200) == tile_config_for(model, H200) != cfg
+    assert recorded_config({}, model, H200).lane_homes == 4
+    given = recorded_config({"tile_config": then}, model, H200, '{"lane_group_stagger": 2.0}')
+    assert given == tile_config_for(model, H200, TileConfig(lane_group_stagger=2.0))
+    assert recorded_config({"mirror_of": 8}, model, H200) == tile_config_for(model, H200, gpus=8)
+
+
 def test_phases_hold_the_bytes_against_the_runs_bandwidth(tmp_path, capsys):
     # a file that records its run's bandwidth reading (kogc bench, sweep): kogc analyze phases uses it and says
     # so; without one, the target's figure, also said

@@ -74,11 +74,11 @@ def schedule_for(meta: dict, model_file: str | None = None, preset: str | None =
                  checkpoint: str | None = None, lanes: int | None = None, tile_config: str | None = None,
                  target: str | None = None, num_programs: int | None = None):
     """The schedule a stamps file was taken with: what the arguments give, else what its meta says,
-    else the defaults (the example model, laneformer-2b, h200, the target's programs, TileConfig())."""
+    else the defaults (the example model, laneformer-2b, h200, the target's programs, TileConfig());
+    its settings: recorded_config."""
     from ..frontend import to_ir
     from ..frontend.model_file import build_for_tracing
-    from ..scheduler import TileConfig, build_schedule
-    from ..scheduler.config import tile_config_from_json
+    from ..scheduler import build_schedule
     from ..targets import get_target
 
     if checkpoint is None and preset is None:
@@ -88,26 +88,32 @@ def schedule_for(meta: dict, model_file: str | None = None, preset: str | None =
     overrides = dict(meta.get("overrides") or {})
     if lanes:
         overrides["num_lanes"] = lanes
-    if tile_config:
-        cfg = tile_config_from_json(tile_config)
-    elif meta.get("tile_config"):
-        cfg = tile_config_from_json(json.dumps(meta["tile_config"]))
-    else:
-        cfg = TileConfig()
     try:
         tgt = get_target(target or meta.get("target") or "h200")
     except KeyError as e:
         raise KogcError(e.args[0]) from None
     model = build_for_tracing(model_file, preset=preset, checkpoint=checkpoint, **overrides)
-    from ..settings import tile_config_for
-    # placed as kogc.compile places it (a recorded kind_us is kept)
-    cfg = tile_config_for(model, tgt, cfg, gpus=meta.get("mirror_of") or 1)
+    cfg = recorded_config(meta, model, tgt, tile_config)
     programs = num_programs or meta.get("num_programs")
     if meta.get("mirror_of"):    # rank 0 of G, its peers mirrored: read as one GPU's schedule
         from ..scheduler.ranks import build_rank_schedules, mirrored
         return mirrored(build_rank_schedules(to_ir(model), meta["mirror_of"], tgt, "parallel", cfg,
                                              num_programs=programs)[0])
     return build_schedule(to_ir(model), tgt, "parallel", cfg, num_programs=programs)
+
+
+def recorded_config(meta: dict, model, target, tile_config: str | None = None):
+    """The TileConfig a stamps file's kernel was compiled with. The meta's is read as it stands (what it leaves
+    unset, the defaults): its compile had filled in the model's profile of that day, which may since have
+    changed (laneformer-2b's gained four lane homes). A config given here (JSON), or none recorded, is placed as
+    kogc.compile places it (kogc.settings.tile_config_for)."""
+    from ..scheduler import TileConfig
+    from ..scheduler.config import tile_config_from_json, with_placement
+    from ..settings import tile_config_for
+    if not tile_config and meta.get("tile_config"):
+        return with_placement(tile_config_from_json(json.dumps(meta["tile_config"])))
+    cfg = tile_config_from_json(tile_config) if tile_config else TileConfig()
+    return tile_config_for(model, target, cfg, gpus=meta.get("mirror_of") or 1)
 
 
 def check_fits(schedule, ids: np.ndarray, path: str) -> None:
