@@ -17,7 +17,7 @@ from kogc.targets import H200, MI300X, TARGETS
 @pytest.mark.skipif(torch.cuda.is_available(), reason="CPU interpreter path (GPU: test_gpu)")
 @pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.float16, 2e-3)])
 def test_tiles_in_row_groups_give_the_plain_order_logits(dtype, tol, monkeypatch):
-    model = tiny(seed=9, num_lanes=2, hidden_size=512, intermediate_size=1024, dtype=dtype)
+    model = tiny(seed=9, num_lanes=2, hidden_size=512, intermediate_size=1024, num_hidden_layers=2, dtype=dtype)
     random_cache(model, 3)
     got = {}
     for grouped in (True, False):
