@@ -112,7 +112,8 @@ def test_the_in_process_lru_is_bounded(cache, monkeypatch):
 @pytest.mark.skipif(torch.cuda.is_available(), reason="interpreter path")
 def test_helpers_patched_once_per_launch_run_the_same_program():
     # kogc.codegen.interpret_once: Triton's interpreter re-patched triton.language on every helper call;
-    # once per launch must give bit-equal logits and tokens (and the sampling path's too)
+    # once per launch, with the types' parts kept per shape, must give bit-equal logits and tokens (and the
+    # sampling path's too)
     import os
     import sys
 
@@ -130,16 +131,60 @@ def test_helpers_patched_once_per_launch_run_the_same_program():
         ck = kogc.compile(model)
         return ck.step(7, 0), ck.generate([1, 2], 2, temperature=1.0, top_k=5, seed=4)
     fast = run()
-    patched = interp.GridExecutor.__call__, interp.InterpretedFunction.__call__, rnd.philox_impl
+    core = interp.tl.core
+    patched = (interp.GridExecutor.__call__, interp.InterpretedFunction.__call__, rnd.philox_impl,
+               core.tensor.__init__, core.block_type.__init__, interp._get_np_dtype)
     interp.GridExecutor.__call__, interp.InterpretedFunction.__call__ = interpret_once.ORIGINAL
     rnd.philox_impl = interpret_once.ORIGINAL_PHILOX
+    core.tensor.__init__, core.block_type.__init__, interp._get_np_dtype = interpret_once.ORIGINAL_TYPES
     try:
         slow = run()
     finally:
-        interp.GridExecutor.__call__, interp.InterpretedFunction.__call__, rnd.philox_impl = patched
+        (interp.GridExecutor.__call__, interp.InterpretedFunction.__call__, rnd.philox_impl,
+         core.tensor.__init__, core.block_type.__init__, interp._get_np_dtype) = patched
     (a, ta), ga = fast
     (b, tb), gb = slow
     assert torch.equal(a, b) and ta == tb and ga == gb
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="interpreter path")
+def test_fast_types_set_what_tritons_constructors_set():
+    # the interpreter's tensors and block types built with their parts kept per shape: the same attributes
+    # as Triton's own constructors give, a fresh shape tuple each, and the same refusals
+    import numpy as np
+    from triton.runtime import interpreter as interp
+
+    from kogc.codegen import interpret_once
+    assert interpret_once.install() and interpret_once.ORIGINAL_TYPES
+    core, tl = interp.tl.core, interp.tl
+    tensor_init, block_init, np_dtype = interpret_once.ORIGINAL_TYPES
+
+    def built(init, cls, *args):
+        obj = cls.__new__(cls)
+        init(obj, *args)
+        return obj
+
+    def seen(t):
+        return ([type(v) for v in t.shape.values], [v.value for v in t.shape.values], t.shape.type, t.numel.value,
+                t.type, t.dtype, str(t.type))
+    for elem in (tl.float32, tl.float16, tl.pointer_type(tl.float16), tl.int1):
+        for shape in ([16], [4, 64], core.tuple([core.constexpr(2), 8, 32])):
+            ours, theirs = tl.block_type(elem, shape), built(block_init, tl.block_type, elem, shape)
+            assert (ours == theirs and str(ours) == str(theirs) and ours.numel == theirs.numel
+                    and ours.shape == theirs.shape and ours.shape.type == theirs.shape.type)
+            handle = interp.TensorHandle(np.zeros(ours.numel, dtype=np_dtype(ours)), ours.scalar)
+            a, b = tl.tensor(handle, ours), built(tensor_init, tl.tensor, handle, ours)
+            assert seen(a) == seen(b) and interp._get_np_dtype(ours) == np_dtype(ours)
+            assert a.shape is not tl.tensor(handle, ours).shape
+        assert interp._get_np_dtype(elem) == np_dtype(elem)
+    scalar = tl.tensor(interp.TensorHandle(np.zeros(1, np.float32), tl.float32), tl.float32)
+    assert seen(scalar) == seen(built(tensor_init, tl.tensor, scalar.handle, tl.float32))
+    for bad in ([], [3, 4]):
+        with pytest.raises(Exception) as ours:
+            tl.block_type(tl.float32, bad)
+        with pytest.raises(Exception) as theirs:
+            built(block_init, tl.block_type, tl.float32, bad)
+        assert type(ours.value) is type(theirs.value) and str(ours.value) == str(theirs.value)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="interpreter path")
