@@ -214,7 +214,8 @@ def test_philox_as_numpy_is_tritons_philox():
         return out
     gen = torch.Generator().manual_seed(0)
     cases = [(0, 0), (2**31 - 64, 2**40 + 12345)] + [
-        (int(torch.randint(0, 2**30, (), generator=gen)), int(torch.randint(0, 2**62, (), generator=gen))) for _ in range(3)]
+        (int(torch.randint(0, 2**30, (), generator=gen)), int(torch.randint(0, 2**62, (), generator=gen)))
+        for _ in range(3)]
     fast = [run(o, s) for o, s in cases]
     rnd.philox_impl, patched = interpret_once.ORIGINAL_PHILOX, rnd.philox_impl
     try:

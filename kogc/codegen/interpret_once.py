@@ -162,7 +162,8 @@ def _install_philox(interp) -> None:
         if c0.dtype != tl.uint32:       # (64-bit counters: Triton's own rounds)
             return ORIGINAL_PHILOX(c0, c1, c2, c3, k0, k1, n_rounds)
         ty0 = c0.type
-        c0, c1, c2, c3, k0, k1 = np.broadcast_arrays(*(x.handle.data.astype(np.uint64) for x in (c0, c1, c2, c3, k0, k1)))
+        c0, c1, c2, c3, k0, k1 = np.broadcast_arrays(
+            *(x.handle.data.astype(np.uint64) for x in (c0, c1, c2, c3, k0, k1)))
         shape = c0.shape
         for _ in range(int(getattr(n_rounds, "value", n_rounds))):
             _c0, _c2 = c0, c2
