@@ -116,8 +116,10 @@ def cmd_predict(args) -> int:
         params.body_us.update(bodies)
     rows = predict(graph, target, lambda G: tile_config_for(model, target, given, weights=args.weights, gpus=G), gpus,
                    params, args.remote_us, args.measured_ms,
-                   progress=lambda G: print_progress(gpus.index(G) + 1, len(gpus), f"replaying {G} rank(s)", t0))
-    print(f"{args.checkpoint or args.config} on {target.name}: hop {args.local_us:g} us within a GPU, "
+                   progress=lambda G: print_progress(gpus.index(G) + 1, len(gpus), f"replaying {G} rank(s)", t0),
+                   context=args.context)
+    print(f"{args.checkpoint or args.config} on {target.name} at context {args.context}: hop {args.local_us:g} us "
+          f"within a GPU, "
           f"{args.remote_us:g} us across; bodies {args.bodies or 'of laneformer-2b on an H200'} (a model)")
     for r in rows:
         extra = (f"; calibrated by the measured one-GPU step (x{r['calibration']:.3f}): {r['predicted_ms']:.3f} ms, "
@@ -128,7 +130,7 @@ def cmd_predict(args) -> int:
     if args.weights == "fp8" and not args.bodies:
         print(FP8_FP16_BODIES)
     if args.json:
-        save_json({"config": args.config, "target": target.name, "local_us": args.local_us,
+        save_json({"config": args.config, "target": target.name, "context": args.context, "local_us": args.local_us,
                    "remote_us": args.remote_us, "bodies": args.bodies, "bodies_detail": detail,
                    "measured_one_gpu_ms": args.measured_ms,
                    "rows": rows}, args.json)

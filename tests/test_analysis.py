@@ -489,3 +489,24 @@ def test_stream_model_of_ranks_pays_the_hop_across_gpus():
     p = StreamParams()
     near, far = replay_ranks(ranks, p, 0.5), replay_ranks(ranks, p, 20.0)
     assert 0 < near < far
+
+
+def test_speed_model_prices_attention_at_its_context_not_the_placements():
+    """kogc predict's schedules keep the queues placed for their cost_context but price attention's reads at the
+    context asked for: placed for 96 positions and priced at 32, every attention task costs what the placement
+    for 32 gives it and the queues are the placement for 96's; one GPU and two ranks alike."""
+    from kogc.analysis.ranks import schedules_for
+    from kogc.scheduler import TileConfig
+    graph, target = to_ir(tiny(num_lanes=2)), get_target("h200")
+    for G in (1, 2):
+        placed = schedules_for(graph, G, target, TileConfig(cost_context=96))
+        priced = schedules_for(graph, G, target, TileConfig(cost_context=96), context=32)
+        short = schedules_for(graph, G, target, TileConfig(cost_context=32))
+        for a, b, c in zip(placed, priced, short):
+            assert b.queues == a.queues and b.tile_config.cost_context == 96
+            attention = [i for i, t in enumerate(b.tasks) if t.kind == "attention"]
+            assert attention and all(b.tasks[i].cost_bytes == c.tasks[i].cost_bytes < a.tasks[i].cost_bytes
+                                     for i in attention)
+            assert all(b.tasks[i].cost_bytes == a.tasks[i].cost_bytes for i in range(len(b.tasks))
+                       if i not in set(attention))
+        assert schedules_for(graph, G, target, TileConfig(cost_context=96), context=96)[0].queues == placed[0].queues

@@ -206,7 +206,8 @@ def test_cli_predict_replays_the_ranks(tmp_path, capsys):
     from conftest import MODEL_FILE
     out = tmp_path / "p.json"
     assert main(["predict", MODEL_FILE, "--config", "tiny", "--gpus", "1,2", "--measured-ms", "1.0",
-                 "--json", str(out)]) == 0
+                 "--context", "64", "--json", str(out)]) == 0
+    assert json.loads(out.read_text())["context"] == 64
     rows = json.loads(out.read_text())["rows"]
     assert [r["gpus"] for r in rows] == [1, 2] and rows[0]["predicted_ms"] == pytest.approx(1.0)
     assert all(r["model_us"] > 0 for r in rows)
@@ -229,6 +230,7 @@ def test_cli_predict_replays_the_ranks(tmp_path, capsys):
     for argv, needle in ((["--gpus", "0,2"], "--gpus takes rank counts >= 1"),
                          (["--remote-us", "-1"], "--remote-us: must be >= 0"),
                          (["--measured-ms", "0"], "--measured-ms: must be > 0"),
+                         (["--context", "0"], "--context"),
                          (["--gpus", "1,3"], "--gpus 3 does not divide")):
         assert main(["predict", MODEL_FILE, "--config", "tiny", *argv]) == 2
         err = capsys.readouterr().err

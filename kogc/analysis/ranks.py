@@ -16,6 +16,8 @@ from ..scheduler.ranks import _Combined, build_rank_schedules
 from ..scheduler.schedule import build_schedule
 from .stream import StreamParams, stream_replay
 
+DEFAULT_CONTEXT = 1024      # positions the model prices attention at (kogc bench's default context)
+
 
 def replay_ranks(schedules, params: StreamParams, remote_us: float) -> float:
     """One step (us) of G ranks' schedules, one GPU each, the stream model's."""
@@ -27,25 +29,39 @@ def replay_ranks(schedules, params: StreamParams, remote_us: float) -> float:
     return stream_replay(view, params, gpu_of, remote, remote_us, view.also)
 
 
-def schedules_for(graph, G: int, target, cfg) -> list:
-    """The schedules a step on G GPUs runs: one GPU's, or each rank's."""
+def schedules_for(graph, G: int, target, cfg, context: int | None = None) -> list:
+    """The schedules a step on G GPUs runs: one GPU's, or each rank's; with `context`, their attention tasks
+    priced (cost_bytes: the cache a split reads) at that many positions, whatever context they were placed for."""
     if G == 1:
-        return [build_schedule(graph, target, tile_config=cfg)]
-    return build_rank_schedules(heads_as_lanes(graph, G), G, target, tile_config=cfg)   # (an ordinary decoder cut)
+        schedules = [build_schedule(graph, target, tile_config=cfg)]
+    else:
+        schedules = build_rank_schedules(heads_as_lanes(graph, G), G, target, tile_config=cfg)  # (a decoder cut)
+    placed_for = schedules[0].tile_config.cost_context
+    if context is None or context == placed_for:
+        return schedules
+    # the same tasks, tiled again for the context: only the cost model's context differs, so only the costs do
+    priced = schedules_for(graph, G, target, dataclasses.replace(schedules[0].tile_config, cost_context=context))
+    for s, p in zip(schedules, priced):
+        if [t.variant for t in s.tasks] != [t.variant for t in p.tasks]:
+            raise AssertionError("the schedule tiled for another context holds other tasks")
+        for t, q in zip(s.tasks, p.tasks):
+            if t.kind == "attention":
+                t.cost_bytes = q.cost_bytes
+    return schedules
 
 
 def predict(graph, target, config_for, gpus: list[int], params: StreamParams, remote_us: float,
-            measured_one_gpu_ms: float | None = None, progress=None) -> list[dict]:
-    """Per G in `gpus`: the modelled step (us, ms, tok/s) of the schedules placed with `config_for(G)` (the
-    TileConfig a compile for G GPUs takes: kogc.settings.tile_config_for), and with `measured_one_gpu_ms` the
-    same calibrated by it (predicted_ms)."""
+            measured_one_gpu_ms: float | None = None, progress=None, context: int = DEFAULT_CONTEXT) -> list[dict]:
+    """Per G in `gpus`: the modelled step (us, ms, tok/s) at `context` positions of the schedules placed with
+    `config_for(G)` (the TileConfig a compile for G GPUs takes: kogc.settings.tile_config_for), and with
+    `measured_one_gpu_ms` the same calibrated by it (predicted_ms)."""
     params = dataclasses.replace(params, hbm_gbs=target.hbm_read_bw / 1e9)
     for G in gpus:          # every rank count refused or accepted before the first (long) replay
         if G > 1:
             check_shardable(heads_as_lanes(graph, G), G)
 
     def step_us(G: int) -> float:
-        return replay_ranks(schedules_for(graph, G, target, config_for(G)), params, remote_us)
+        return replay_ranks(schedules_for(graph, G, target, config_for(G), context), params, remote_us)
 
     steps = {}
     for G in gpus:
