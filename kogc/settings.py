@@ -83,8 +83,8 @@ def tile_config_for(module: torch.nn.Module, target: Target, tile_config: TileCo
     TileConfig.weights (a tile config may also ask for it itself). A profile's placement settings were measured
     on one GPU, where it places all the lanes: the ranks of gpus > 1, each a share of them, take its task times
     and the defaults (the rule's homes, kogc.scheduler.schedule.lane_homes). On them laneformer-2b's one-GPU
-    settings (four homes, placed for context 2048) read +35% at G = 2 in the speed model, +20% without the homes
-    (kogc predict). Anything that schedules a model for a kernel (kogc compile, kogc analyze) should go through
+    settings (four homes, placed for context 2048) read +18% at G = 2 in the speed model, +3% without the homes
+    (kogc predict at context 1024). Anything that schedules a model for a kernel (kogc compile, kogc analyze) should go through
     this, so that it places as kogc.compile does."""
     cfg = tile_config or (INTERPRETER_TILES if interpret else TileConfig())
     if weights != "model":
