@@ -158,9 +158,9 @@ def _parser() -> argparse.ArgumentParser:
                                    "calibrates it by a measured one-GPU step.")
     model_args(m, "laneformer-2b")
     m.add_argument("--gpus", default="1,2,4,8", help="rank counts (comma-separated; default 1,2,4,8)")
-    m.add_argument("--context", type=positive_int, default=1024,
-                   help="positions in the KV cache the step is priced at (attention's reads; default 1024), "
-                        "whatever context the queues were placed for (cost_context)")
+    m.add_argument("--context", type=positive_int,
+                   help="positions in the KV cache the step is priced at (attention's reads; default 1024, or the "
+                        "cache's length if shorter), whatever context the queues were placed for (cost_context)")
     m.add_argument("--target", default="h200", help="h200 | h100 | mi300x (default h200)")
     m.add_argument("--local-us", type=non_negative, default=0.5,
                    help="a producer's publish reaching a waiter on the same GPU (default 0.5, measured)")

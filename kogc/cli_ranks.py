@@ -7,6 +7,7 @@ import sys
 import time
 
 from .cli_common import fail, parse_ints, parse_tile_config, print_progress, save_json
+from .ir.graph import Op
 
 
 def bench_ranks(args, preset: str | None, context: int, overrides: dict) -> int:
@@ -90,8 +91,14 @@ FP8_FP16_BODIES = ("note: the model's bodies are fp16 weights'; FP8 tiles hold t
                    "0.950 measured)")
 
 
+def cache_positions(graph) -> int | None:
+    """The KV cache's positions (an attention's cache, [kv heads, positions, head size]); None without one."""
+    by = graph.by_name()
+    return max((by[n.inputs[1]].type.shape[1] for n in graph.nodes if n.op is Op.ATTENTION), default=None)
+
+
 def cmd_predict(args) -> int:
-    from .analysis.ranks import predict
+    from .analysis.ranks import DEFAULT_CONTEXT, predict
     from .analysis.stream import StreamParams
     from .frontend import to_ir
     from .frontend.model_file import build_for_tracing
@@ -108,6 +115,10 @@ def cmd_predict(args) -> int:
     model = build_for_tracing(args.model_file, preset=None if args.checkpoint else args.config,
                               checkpoint=args.checkpoint, **({"num_lanes": args.lanes} if args.lanes else {}))
     graph = to_ir(model)
+    positions = cache_positions(graph)
+    if positions and args.context and args.context > positions:
+        return fail(f"--context {args.context} does not fit the KV cache of {positions} positions")
+    context = args.context or min(DEFAULT_CONTEXT, positions or DEFAULT_CONTEXT)
     given = parse_tile_config(args.tile_config)
     params = StreamParams(hop_us=args.local_us)
     detail = True
@@ -117,8 +128,8 @@ def cmd_predict(args) -> int:
     rows = predict(graph, target, lambda G: tile_config_for(model, target, given, weights=args.weights, gpus=G), gpus,
                    params, args.remote_us, args.measured_ms,
                    progress=lambda G: print_progress(gpus.index(G) + 1, len(gpus), f"replaying {G} rank(s)", t0),
-                   context=args.context)
-    print(f"{args.checkpoint or args.config} on {target.name} at context {args.context}: hop {args.local_us:g} us "
+                   context=context)
+    print(f"{args.checkpoint or args.config} on {target.name} at context {context}: hop {args.local_us:g} us "
           f"within a GPU, "
           f"{args.remote_us:g} us across; bodies {args.bodies or 'of laneformer-2b on an H200'} (a model)")
     for r in rows:
@@ -130,7 +141,7 @@ def cmd_predict(args) -> int:
     if args.weights == "fp8" and not args.bodies:
         print(FP8_FP16_BODIES)
     if args.json:
-        save_json({"config": args.config, "target": target.name, "context": args.context, "local_us": args.local_us,
+        save_json({"config": args.config, "target": target.name, "context": context, "local_us": args.local_us,
                    "remote_us": args.remote_us, "bodies": args.bodies, "bodies_detail": detail,
                    "measured_one_gpu_ms": args.measured_ms,
                    "rows": rows}, args.json)

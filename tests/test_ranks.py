@@ -226,11 +226,13 @@ def test_cli_predict_replays_the_ranks(tmp_path, capsys):
     assert main(["predict", MODEL_FILE, "--config", "tiny", "--gpus", "1", "--bodies", plain, "--json", str(out)]) == 0
     assert "bodies of a plain profile" in capsys.readouterr().out
     assert json.loads(out.read_text())["bodies_detail"] is False
+    assert json.loads(out.read_text())["context"] == 128        # (1024 by default; tiny's cache holds 128)
     # rank counts below 1 and negative hop times: one clear error, exit 2
     for argv, needle in ((["--gpus", "0,2"], "--gpus takes rank counts >= 1"),
                          (["--remote-us", "-1"], "--remote-us: must be >= 0"),
                          (["--measured-ms", "0"], "--measured-ms: must be > 0"),
                          (["--context", "0"], "--context"),
+                         (["--context", "4096"], "--context 4096 does not fit the KV cache of 128 positions"),
                          (["--gpus", "1,3"], "--gpus 3 does not divide")):
         assert main(["predict", MODEL_FILE, "--config", "tiny", *argv]) == 2
         err = capsys.readouterr().err
