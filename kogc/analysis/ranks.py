@@ -11,9 +11,11 @@ from __future__ import annotations
 import dataclasses
 
 from ..ir.lanes import heads_as_lanes
-from ..ir.shard import check_shardable
+from ..ir.shard import check_shardable, shard
 from ..scheduler.ranks import _Combined, build_rank_schedules
+from ..scheduler.fuse import fuse
 from ..scheduler.schedule import build_schedule
+from ..scheduler.tile import tile, tile_rank
 from .stream import StreamParams, stream_replay
 
 DEFAULT_CONTEXT = 1024      # positions the model prices attention at (kogc bench's default context)
@@ -39,15 +41,24 @@ def schedules_for(graph, G: int, target, cfg, context: int | None = None) -> lis
     placed_for = schedules[0].tile_config.cost_context
     if context is None or context == placed_for:
         return schedules
-    # the same tasks, tiled again for the context: only the cost model's context differs, so only the costs do
-    priced = schedules_for(graph, G, target, dataclasses.replace(schedules[0].tile_config, cost_context=context))
-    for s, p in zip(schedules, priced):
-        if [t.variant for t in s.tasks] != [t.variant for t in p.tasks]:
+    # the same tasks, tiled again for the context (no placement): only the cost model's context differs, so only
+    # the costs do
+    priced = _tiled(graph, G, dataclasses.replace(schedules[0].tile_config, cost_context=context))
+    for s, tasks in zip(schedules, priced):
+        if [t.variant for t in s.tasks] != [t.variant for t in tasks]:
             raise AssertionError("the schedule tiled for another context holds other tasks")
-        for t, q in zip(s.tasks, p.tasks):
+        for t, q in zip(s.tasks, tasks):
             if t.kind == "attention":
                 t.cost_bytes = q.cost_bytes
     return schedules
+
+
+def _tiled(graph, G: int, cfg) -> list[list]:
+    """Each schedule's tasks as tiling makes them with a resolved config, before any placement."""
+    if G == 1:
+        return [tile(graph, fuse(graph, cfg), cfg)[0]]
+    cut = heads_as_lanes(graph, G)
+    return [tile_rank(g, fuse(g, cfg), cfg)[0] for g in (shard(cut, G, r) for r in range(G))]
 
 
 def predict(graph, target, config_for, gpus: list[int], params: StreamParams, remote_us: float,
