@@ -87,9 +87,12 @@ def _install_fast_types(interp) -> None:
     import numpy as np
     core = interp.tl.core
     global ORIGINAL_TYPES
-    if ORIGINAL_TYPES or not all(hasattr(core, n) for n in ("tuple", "constexpr", "validate_block_shape",
-                                                           "_unwrap_shape")):
-        return
+    tl = interp.tl
+    float8 = ("float8e5", "float8e5b16", "float8e4nv", "float8e4b8", "float8e4b15")
+    if ORIGINAL_TYPES or not (all(hasattr(core, n) for n in ("tuple", "constexpr", "validate_block_shape",
+                                                            "_unwrap_shape"))
+                              and hasattr(interp, "_get_np_dtype") and all(hasattr(tl, n) for n in float8)):
+        return          # (another Triton: left as it is)
     tl_tuple, constexpr, validate, unwrap_shape = core.tuple, core.constexpr, core.validate_block_shape, \
         core._unwrap_shape
     tensor_parts: dict = {}     # dims -> (numel, [constexpr dims], their tuple type)
@@ -126,15 +129,13 @@ def _install_fast_types(interp) -> None:
         self.numel = parts[2]
         self.name = f'<{parts[3]}, {element_ty}>'
 
-    tl = interp.tl
     pointer = np.dtype(np.uint64)
     numpy_of = {tl.int1: np.dtype(bool), tl.float16: np.dtype(np.float16), tl.float32: np.dtype(np.float32),
                 tl.float64: np.dtype(np.float64), tl.int8: np.dtype(np.int8), tl.uint8: np.dtype(np.uint8),
                 tl.int16: np.dtype(np.int16), tl.uint16: np.dtype(np.uint16), tl.int32: np.dtype(np.int32),
                 tl.uint32: np.dtype(np.uint32), tl.int64: np.dtype(np.int64), tl.uint64: np.dtype(np.uint64),
                 tl.bfloat16: np.dtype(np.uint16)}           # (bfloat16 and the fp8 types stored as integers)
-    numpy_of.update({t: np.dtype(np.uint8) for t in (tl.float8e5, tl.float8e5b16, tl.float8e4nv, tl.float8e4b8,
-                                                      tl.float8e4b15)})
+    numpy_of.update({getattr(tl, n): np.dtype(np.uint8) for n in float8})
 
     def get_np_dtype(tt_dtype):
         if isinstance(tt_dtype, tl.block_type):
