@@ -112,8 +112,9 @@ def test_the_in_process_lru_is_bounded(cache, monkeypatch):
 @pytest.mark.skipif(torch.cuda.is_available(), reason="interpreter path")
 def test_helpers_patched_once_per_launch_run_the_same_program():
     # kogc.codegen.interpret_once: Triton's interpreter re-patched triton.language on every helper call;
-    # once per launch, with the types' parts kept per shape, must give bit-equal logits and tokens (and the
-    # sampling path's too)
+    # once per launch, with the types' parts kept per shape and the overflow sanitizer off, must give bit-equal
+    # logits and tokens (and the sampling path's too)
+    import dataclasses
     import os
     import sys
 
@@ -137,11 +138,16 @@ def test_helpers_patched_once_per_launch_run_the_same_program():
     interp.GridExecutor.__call__, interp.InterpretedFunction.__call__ = interpret_once.ORIGINAL
     rnd.philox_impl = interpret_once.ORIGINAL_PHILOX
     core.tensor.__init__, core.block_type.__init__, interp._get_np_dtype = interpret_once.ORIGINAL_TYPES
+    builder = interp.interpreter_builder
+    options = builder.options
+    assert not options.sanitize_overflow
+    builder.options = dataclasses.replace(options, sanitize_overflow=True)
     try:
         slow = run()
     finally:
         (interp.GridExecutor.__call__, interp.InterpretedFunction.__call__, rnd.philox_impl,
          core.tensor.__init__, core.block_type.__init__, interp._get_np_dtype) = patched
+        builder.options = options
     (a, ta), ga = fast
     (b, tb), gb = slow
     assert torch.equal(a, b) and ta == tb and ga == gb
@@ -185,6 +191,39 @@ def test_fast_types_set_what_tritons_constructors_set():
         with pytest.raises(Exception) as theirs:
             built(block_init, tl.block_type, tl.float32, bad)
         assert type(ours.value) is type(theirs.value) and str(ours.value) == str(theirs.value)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="interpreter path")
+def test_the_sanitizer_turned_off_is_one_whose_assertions_were_dropped():
+    # the interpreter's overflow sanitizer, on as Triton sets it, lets an int32 overflow through (its assertion
+    # needs `debug`), so turning it off drops nothing; with `debug` on it is left alone
+    import dataclasses
+    import types
+
+    import numpy as np
+    import triton
+    import triton.language as tl
+    from triton.runtime import interpreter as interp
+
+    from kogc.codegen import interpret_once
+    assert interpret_once.install()
+
+    @triton.jit
+    def add(x_ptr, out_ptr):
+        tl.store(out_ptr, tl.load(x_ptr) + tl.load(x_ptr))
+    builder = interp.interpreter_builder
+    options = builder.options
+    builder.options = dataclasses.replace(options, sanitize_overflow=True)
+    try:
+        x, out = torch.tensor([2**30 + 1], dtype=torch.int32), torch.zeros(1, dtype=torch.int32)
+        add[(1,)](x, out)
+    finally:
+        builder.options = options
+    assert out.item() == np.int32(2**31 + 2 - 2**32)
+    debug = types.SimpleNamespace(interpreter_builder=types.SimpleNamespace(
+        options=dataclasses.replace(options, sanitize_overflow=True, debug=True)))
+    interpret_once._install_no_discarded_checks(debug)
+    assert debug.interpreter_builder.options.sanitize_overflow
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="interpreter path")
