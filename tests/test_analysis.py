@@ -406,13 +406,32 @@ def _per_kind(schedule, us_of):
 
 def _free_memory(s, **params):
     """Stream-model parameters with HBM free (no start, no latency, unbounded rates, a 0.7 us hop) and bodies
-    made up per kind, and each task's body as the replay as scheduled takes it (attention scaled by its bytes)."""
+    made up per kind, and each task's body as the replay as scheduled takes it (attention's growing in part with
+    its bytes: attention_fixed_share)."""
     from kogc.analysis.stream import StreamParams
     bodies = _per_kind(s, lambda k: 1.0 + 0.1 * len(k))
     free = StreamParams(body_us=bodies, start_us=0.0, latency_us=0.0, program_gbs=1e12, hbm_gbs=1e12, hop_us=0.7,
                         **params)
-    dur = [bodies[kind_key(t)] * (max(1.0, t.cost_bytes / 32768) if t.kind == "attention" else 1.0) for t in s.tasks]
+    share = free.attention_fixed_share
+    dur = [bodies[kind_key(t)] * (share + (1 - share) * t.cost_bytes / 32768 if t.kind == "attention" else 1.0)
+           for t in s.tasks]
     return free, dur
+
+
+@pytest.mark.parametrize("share", [0.0, 0.6, 1.0])
+def test_stream_model_grows_attention_with_its_bytes_past_a_fixed_share(parallel, share):
+    """An attention body is its kind's times share + (1 - share) x its split's bytes over a 64-position split of
+    head_dim 128: with HBM free the step is the replay as scheduled of those bodies; with the whole body fixed it
+    does not depend on the context attention is priced at, and otherwise grows with it."""
+    from kogc.analysis.ranks import schedules_for
+    from kogc.analysis.stream import stream_replay
+    s = parallel
+    free, dur = _free_memory(s, run_tile_share=1.0, attention_fixed_share=share)
+    assert stream_replay(s, free) == pytest.approx(longest_path(s, dur, 0.7, queues=True)[0])
+    graph = to_ir(tiny(num_lanes=2))
+    cfg = s.tile_config
+    short, long = (stream_replay(schedules_for(graph, 1, get_target("h200"), cfg, c)[0], free) for c in (8, 32))
+    assert short == pytest.approx(long) if share == 1.0 else short < long
 
 
 def test_stream_model_with_free_memory_is_the_replay_as_scheduled(parallel):

@@ -25,7 +25,7 @@ import numpy as np
 
 from ..errors import KogcError
 from ..runtime.profile import kind_key
-from ..scheduler.schedule import context_scale
+from ..scheduler.schedule import REFERENCE_ATTENTION_BYTES
 from ..scheduler.tasks import A_SLOT
 from .stamps import body_us
 
@@ -35,7 +35,7 @@ from .stamps import body_us
 # body, which stands in for costs the model has not got (late waits); a plain profile's bodies fit 9-16%
 # short at G = 4 and 8 (docs/multi-gpu.md, the speed model).
 # Every model's matvec tiles are 32 KB, so these serve where no profile of the model is given;
-# attention's scale with a split's bytes (scheduler.schedule.context_scale).
+# attention's grow with a split's bytes, in part (StreamParams.attention_fixed_share).
 H200_BODY_US = {
     "embed": 2.18, "matvec/rmsnorm/rope_store": 1.76, "matvec/rmsnorm/rope_cache": 1.70, "matvec/rmsnorm/cache": 1.60,
     "attention": 5.25, "matvec/attn_combine/residual": 3.39, "matvec/attn_combine/store": 6.37,
@@ -70,6 +70,14 @@ class StreamParams:
     # its kind's body, its products (fp16 detail profile of laneformer-2b, docs/design.md, What bounds a step: W1/W3
     # 0.62 of 1.94 us, W2 0.72 of 2.81), and no start; the run's tiles all count at its last tile's end
     run_tile_share: float = 0.3
+    # an attention body's share that does not grow with its split's cache bytes (the query, the stores, a pass of
+    # the block loop): the body at B bytes is its kind's (a split of 64 positions of head_dim 128) times
+    # share + (1 - share) x B / that split's bytes (the cache rows themselves queue at HBM as any tile). Fitted to
+    # the steps measured from context 1024 to 4096 (docs/multi-gpu.md, the speed model): laneformer-2b's growth on
+    # one H200 (+12.3%) wants 0.65-0.7, rank 0 of 8 mirrored on an H100 (+30%) 0.65, 7b's (+6.0%) 0.5, 0.5b's (+25.5%,
+    # half-size splits at 1024) 0.4. A body in proportion to the bytes, never below the kind's, reads 2b's one-GPU
+    # step 22% long at 4096
+    attention_fixed_share: float = 0.6
 
 
 def bodies_by_kind(schedule, ids: np.ndarray, ts: np.ndarray) -> dict[str, list[float]]:
@@ -86,7 +94,11 @@ def body_times_from_stamps(schedule, ids: np.ndarray, ts: np.ndarray) -> dict:
 
 
 def _body(t, params: StreamParams) -> float:
-    return params.body_us.get(kind_key(t), params.default_body_us) * context_scale(t)
+    body = params.body_us.get(kind_key(t), params.default_body_us)
+    if t.kind != "attention":
+        return body
+    share = params.attention_fixed_share
+    return body * (share + (1 - share) * t.cost_bytes / REFERENCE_ATTENTION_BYTES)
 
 
 def stream_replay(view, params: StreamParams, gpu_of_program: list[int] | None = None,
