@@ -443,14 +443,15 @@ def test_stream_model_with_free_memory_is_the_replay_as_scheduled(parallel):
     assert stream_replay(s, free) == pytest.approx(longest_path(s, dur, 0.7, queues=True)[0])
 
 
-def test_stream_model_charges_the_combine_to_the_last_split_of_each_kv_head():
+def test_stream_model_charges_the_combine_to_the_last_split_of_each_kv_head(monkeypatch):
     """Where the last attention split of a KV head combines the splits (attn_combine_width below the lane's
     width), the model adds combine_us once per (lane, KV head), to the split that ends last: with HBM free, no
     combine is the replay as scheduled, and a combine lengthens the step by at most combine_us a group."""
+    from kogc.analysis import stream
     from kogc.analysis.stream import _combining_groups, stream_replay
     from kogc.scheduler import TileConfig
     s = build_schedule(to_ir(tiny(num_lanes=2)), get_target("h200"), "parallel",
-                       TileConfig(tile_bytes=512, attn_combine_width=16), num_programs=8)
+                       TileConfig(tile_bytes=512, attn_combine_width=16, attn_splits=4), num_programs=8)
     groups = set(_combining_groups(s.tasks).values())
     assert groups and all(t.kind != "attention" or "last" in t.variant for t in s.tasks)
     free, dur = _free_memory(s, combine_us=0.0, run_tile_share=1.0)
@@ -458,6 +459,11 @@ def test_stream_model_charges_the_combine_to_the_last_split_of_each_kv_head():
     assert base == pytest.approx(longest_path(s, dur, 0.7, queues=True)[0])
     combined = stream_replay(s, dataclasses.replace(free, combine_us=5.0))
     assert base < combined <= base + 5.0 * len(groups)
+    # combine_us is for 16 splits' partials; n splits take it times sqrt(n / 16)
+    n = s.tile_config.attn_splits
+    assert n != 16
+    monkeypatch.setattr(stream, "COMBINE_SPLITS", n)
+    assert stream_replay(s, dataclasses.replace(free, combine_us=5.0 * (n / 16) ** 0.5)) == pytest.approx(combined)
 
 
 def test_stream_model_charges_a_matvec_runs_later_tiles_their_share():

@@ -48,6 +48,9 @@ H200_BODY_US = {
 }
 
 
+COMBINE_SPLITS = 16     # the splits StreamParams.combine_us was fitted with
+
+
 @dataclasses.dataclass
 class StreamParams:
     """The model's constants (H200). start, latency and the per-program rate were fitted, with
@@ -63,7 +66,10 @@ class StreamParams:
     # combine adds to the split that ends last. Fitted to the three sweeps of that form on Laneformers (2b +5.7%,
     # 0.5b +3.5%, rank 0 of 8 +2.6%; modelled +1.5, +5.2, +4.8% with 2 us). Llama-3.2-1B's shapes, loaded, took
     # 3.8 us more in their last splits (8.77 against 4.93 us, medians of
-    # docs/results/2026-12-02/task-times-llama-3.2-1b-1024-4d7398e.npz), where each KV head combines 4 heads
+    # docs/results/2026-12-02/task-times-llama-3.2-1b-1024-4d7398e.npz), where each KV head combines 4 heads.
+    # That is for 16 splits (COMBINE_SPLITS); n splits take it times sqrt(n / 16), fitted to rank 0 of 8 mirrored on
+    # an H100 with 32 and 64 splits against 16 (docs/multi-gpu.md, at longer contexts): in proportion to the splits
+    # (their partials' loads overlap) it reads those steps long, at a flat 2 us short
     combine_us: float = 2.0
     # a matvec run (Schedule.run_lengths: a program's consecutive tiles of one variant and events, run as one loop
     # with one wait, the input vector formed once and one publish): each tile after the first costs this share of
@@ -123,6 +129,7 @@ def stream_replay(view, params: StreamParams, gpu_of_program: list[int] | None =
     held = {u for us in publish_with.values() for u in us}  # they count with their run's last tile
     combining = _combining_groups(tasks)                   # last-split attention task -> its (lane, KV head)
     left = Counter(combining.values())                     # splits of each still to end
+    combine = {g: params.combine_us * (n / COMBINE_SPLITS) ** 0.5 for g, n in left.items()}
     ends: dict[int, list[float]] = defaultdict(list)      # event -> its producers' end times, in order
     waiting: dict[int, list[int]] = defaultdict(list)     # event -> issued tasks short of it
     arrived = [0.0] * len(tasks)
@@ -164,7 +171,7 @@ def stream_replay(view, params: StreamParams, gpu_of_program: list[int] | None =
         if tid in combining and left[combining[tid]] > 0:
             left[combining[tid]] -= 1
             if left[combining[tid]] == 0:                  # the last split to end combines them, then publishes
-                push(now + params.combine_us, tid, True)
+                push(now + combine[combining[tid]], tid, True)
                 continue
         done, last = done + 1, max(last, now)
         for u in () if tid in held else (*publish_with.get(tid, ()), tid):
