@@ -8,13 +8,14 @@
 #   bash experiments/context_sweeps.sh placement-fp8  # laneformer-2b with FP8 weights, five placements (about 2-3)
 #   bash experiments/context_sweeps.sh splits         # laneformer-2b and 0.5b, 16 / 32 / 64 attention splits (about 3)
 #   bash experiments/context_sweeps.sh splits-g8      # rank 0 of 8 mirrored on this GPU, the same splits (about 2)
+#   bash experiments/context_sweeps.sh models-g8      # laneformer-0.5b's and 7b's rank 0 of 8 mirrored, defaults (about 3)
 #
 # Each sweep writes NAME.log (with its exit code) and NAME.json under OUT; OUT/commands.txt lists what ran.
 set -u
-WHAT=${1:?usage: context_sweeps.sh placement|placement-fp8|splits|splits-g8}
+WHAT=${1:?usage: context_sweeps.sh placement|placement-fp8|splits|splits-g8|models-g8}
 : "${OUT:?set OUT to the folder the results go to}"
-case $WHAT in placement|placement-fp8|splits|splits-g8) ;; *)
-    echo "what must be placement, placement-fp8, splits or splits-g8, not $WHAT" >&2; exit 2 ;; esac
+case $WHAT in placement|placement-fp8|splits|splits-g8|models-g8) ;; *)
+    echo "what must be placement, placement-fp8, splits, splits-g8 or models-g8, not $WHAT" >&2; exit 2 ;; esac
 export PYTHONPATH=${PYTHONPATH:-$PWD} CUDA_MODULE_LOADING=EAGER PYTHONUNBUFFERED=1
 SPLITS='[{}, {"attn_splits": 32}, {"attn_combine_width": 128, "attn_splits": 64}]'
 
@@ -44,4 +45,8 @@ splits-g8)
     # {}: a rank of one lane's default, 32 splits with the last combining; 16: the output projection combining
     sweep sweep-2b-g8-splits 500 laneformer-2b '[{}, {"attn_splits": 16},
       {"attn_combine_width": 128, "attn_splits": 64}]' --gpus 8 --mirror ;;
+models-g8)
+    # the speed model's steps for ranks it was not fitted to (docs/multi-gpu.md, the speed model)
+    sweep sweep-05b-g8 200 laneformer-0.5b '[{}]' --gpus 8 --mirror
+    sweep sweep-7b-g8 300 laneformer-7b '[{}]' --gpus 8 --mirror ;;
 esac
