@@ -91,6 +91,23 @@ FP8_FP16_BODIES = ("note: the model's bodies are fp16 weights'; FP8 tiles hold t
                    "0.950 measured)")
 
 
+# laneformer-2b's widths, whose bodies the model holds; other widths' prologues and attention take other times
+# (docs/multi-gpu.md, the speed model: ranks it was not fitted to)
+BODY_WIDTHS = (2048, 128)
+OTHER_WIDTHS_BODIES = ("note: the model's bodies are laneformer-2b's (hidden size 2048, head_dim 128), whose "
+                       "prologues and attention are not this model's ({} and {}): rank 0 of 8 mirrored on an H100 read "
+                       "+24% for laneformer-0.5b (1024 and 64) and -9% for 7b (4096 and 128), and 0.5b -3% with its "
+                       "own profile's bodies: give this model's with --bodies (kogc bench --profile --task-times FILE)")
+
+
+def body_widths(graph) -> tuple[int | None, int | None]:
+    """The hidden size (the embedding's width) and attention's head_dim; None where the graph has neither."""
+    by = graph.by_name()
+    hidden = next((n.type.shape[-1] for n in graph.nodes if n.op is Op.EMBED), None)
+    head_dim = max((by[n.inputs[1]].type.shape[2] for n in graph.nodes if n.op is Op.ATTENTION), default=None)
+    return hidden, head_dim
+
+
 def cache_positions(graph) -> int | None:
     """The KV cache's positions (an attention's cache, [kv heads, positions, head size]); None without one."""
     by = graph.by_name()
@@ -140,6 +157,9 @@ def cmd_predict(args) -> int:
         print(PLAIN_BODIES)
     if args.weights == "fp8" and not args.bodies:
         print(FP8_FP16_BODIES)
+    widths = body_widths(graph)
+    if widths != BODY_WIDTHS and not args.bodies:
+        print(OTHER_WIDTHS_BODIES.format(*widths))
     if args.json:
         save_json({"config": args.config, "target": target.name, "context": context, "local_us": args.local_us,
                    "remote_us": args.remote_us, "bodies": args.bodies, "bodies_detail": detail,

@@ -213,18 +213,23 @@ def test_cli_predict_replays_the_ranks(tmp_path, capsys):
     assert all(r["model_us"] > 0 for r in rows)
     out_text = capsys.readouterr().out
     assert "2 GPU(s)" in out_text and "FP8 tiles" not in out_text
+    # tiny's widths are not laneformer-2b's, whose bodies the model holds: said, unless bodies are given
+    from kogc.cli_ranks import BODY_WIDTHS, body_widths
+    from kogc.frontend import to_ir
+    assert body_widths(to_ir(tiny())) != BODY_WIDTHS
+    assert "bodies are laneformer-2b's (hidden size" in out_text
     # FP8 weights with the model's (fp16) bodies: predicted, with a note to give an FP8 profile's
     assert main(["predict", MODEL_FILE, "--config", "tiny", "--gpus", "1", "--weights", "fp8"]) == 0
     assert "give an FP8 profile's with --bodies" in capsys.readouterr().out
     # bodies from a plain profile (three stamps a task): predicted, with a note that they read optimistic
     from test_analysis import played_stamps
-    from kogc.frontend import to_ir
     from kogc.scheduler import build_schedule
     from kogc.targets import get_target
     s = build_schedule(to_ir(tiny()), get_target("h200"), num_programs=4)
     plain = played_stamps(s, str(tmp_path / "plain"), model_file=MODEL_FILE, preset="tiny")[0]
     assert main(["predict", MODEL_FILE, "--config", "tiny", "--gpus", "1", "--bodies", plain, "--json", str(out)]) == 0
-    assert "bodies of a plain profile" in capsys.readouterr().out
+    out_text = capsys.readouterr().out
+    assert "bodies of a plain profile" in out_text and "bodies are laneformer-2b's" not in out_text
     assert json.loads(out.read_text())["bodies_detail"] is False
     assert json.loads(out.read_text())["context"] == 128        # (1024 by default; tiny's cache holds 128)
     # rank counts below 1 and negative hop times: one clear error, exit 2
