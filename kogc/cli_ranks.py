@@ -92,7 +92,7 @@ FP8_FP16_BODIES = ("note: the model's bodies are fp16 weights'; FP8 tiles hold t
 
 
 # laneformer-2b's widths, whose bodies the model holds; other widths' prologues and attention take other times
-# (docs/multi-gpu.md, the speed model: ranks it was not fitted to)
+# (docs/multi-gpu.md, the speed model: where it is off)
 BODY_WIDTHS = (2048, 128)
 OTHER_WIDTHS_BODIES = ("note: the model's bodies are laneformer-2b's (hidden size 2048, head_dim 128), whose "
                        "prologues and attention are not this model's ({} and {}): rank 0 of 8 mirrored on an H100 read "
