@@ -99,6 +99,25 @@ def test_kernel_comm_variants():
             assert rel_err(logits, eager) < 1e-5
 
 
+def test_a_kernel_compiled_again_within_a_scope_runs_the_schedule_built_before():
+    """kogc bench's profiled kernel: compiled in schedules_reused() beside the kernel it profiles, it takes
+    that kernel's schedule (nothing scheduled twice) and computes the same; with several ranks too."""
+    from kogc.scheduler.reuse import schedules_reused
+    model = tiny(seed=7, num_lanes=2)
+    with schedules_reused():
+        a, b = kogc.compile(model), kogc.compile(model)
+        ranks_a = kogc.compile(model, gpus=2, one_gpu=True)
+        ranks_b = kogc.compile(model, gpus=2, one_gpu=True)
+    assert b.schedule is a.schedule and ranks_b.schedules is ranks_a.schedules
+    assert kogc.compile(model).schedule is not a.schedule
+    la, ta = a.step(3, 0)
+    lb, tb = b.step(3, 0)
+    assert torch.equal(la, lb) and ta == tb
+    ra, rta = ranks_a.step(3, 0)
+    rb, rtb = ranks_b.step(3, 0)
+    assert torch.equal(ra, rb) and rta == rtb and rel_err(ra, la) < 1e-5
+
+
 @pytest.fixture(scope="module")
 def tiny_kernel():
     return kogc.compile(tiny(num_lanes=2))

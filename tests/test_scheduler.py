@@ -58,6 +58,25 @@ def test_build_tells_each_stage_as_it_ends(graphs):
     assert gc.isenabled()                      # the cycle collector, paused while building, runs again
 
 
+def test_a_schedule_asked_again_within_a_scope_is_the_one_built(graphs):
+    """schedules_reused: the same IR, target and settings give the schedule built before, other settings
+    or a fresh graph of other sizes their own; outside the scope every call builds anew."""
+    from kogc.scheduler.ranks import build_rank_schedules
+    from kogc.scheduler.reuse import schedules_reused
+    g = graphs(2)
+    with schedules_reused():
+        a = build_schedule(g, H200, "parallel", CFG, num_programs=8)
+        assert build_schedule(copy.deepcopy(g), H200, "parallel", CFG, num_programs=8) is a   # compared by its text
+        assert build_schedule(g, H200, "parallel", CFG, num_programs=4) is not a
+        assert build_schedule(g, H200, "parallel", TileConfig(tile_bytes=2048), num_programs=8) is not a
+        assert build_schedule(graphs(4), H200, "parallel", CFG, num_programs=8) is not a
+        ranks = build_rank_schedules(g, 2, H200, "parallel", CFG, num_programs=8)
+        with schedules_reused():                # a nested scope shares the outer one's
+            assert build_rank_schedules(g, 2, H200, "parallel", CFG, num_programs=8) is ranks
+    assert build_schedule(g, H200, "parallel", CFG, num_programs=8) is not a
+    assert build_rank_schedules(g, 2, H200, "parallel", CFG, num_programs=8) is not ranks
+
+
 @pytest.mark.parametrize("lanes", [1, 2, 4])
 def test_real_sequential_schedule_passes_check(graphs, lanes):
     s = build_schedule(graphs(lanes), H200, "sequential", CFG)

@@ -20,6 +20,7 @@ import time
 
 import torch
 
+from ..scheduler.reuse import schedules_reused
 from .against_eager import check_step, format_check
 from .measure import Row, bytes_per_token, check_timing, kernel_id, read_bandwidth, time_steps
 from .handwritten import handwritten_graph_step, shapes_of
@@ -41,6 +42,7 @@ def progress(msg: str, quiet: bool) -> None:
         print(f"[bench {time.perf_counter() - _STARTED[0]:.0f}s] {msg}", file=sys.stderr, flush=True)
 
 
+@schedules_reused()     # the profiled kernel's schedule is the timed kernel's
 def run_bench(model_file: str, preset: str | None, context: int = 1024, steps: int = 100, reps: int = 5,
               baselines=ALL_BASELINES, interpret: bool = False, profile: bool | str = False, seed: int = 0,
               checkpoint: str | None = None, quiet: bool = False, overrides: dict | None = None,

@@ -24,6 +24,7 @@ from .deps import Event, derive, merge_events, order_waits_oldest_first
 from .errors import SchedulerError
 from .fuse import fuse
 from .place import place_sequential
+from .reuse import reused
 from .schedule import Schedule, Stages, place_tasks, without_cycle_collection
 from .tasks import A_RECV_EVENT, Deps, Task, as_deps, parts
 from .tile import tile_rank
@@ -41,9 +42,11 @@ def build_rank_schedules(graph: Graph, ranks: int, target: Target, placement: st
     "sequential" cuts each rank's one queue before every task that waits on a peer: the segments run
     one at a time, interleaved across ranks (the interpreter's emulation of several GPUs). progress:
     as build_schedule's, the stages named per rank, then for all ranks together."""
-    with without_cycle_collection():
-        return _build_rank_schedules(graph, ranks, target, placement, tile_config, num_programs, check, prune,
-                                     progress)
+    def build():
+        with without_cycle_collection():
+            return _build_rank_schedules(graph, ranks, target, placement, tile_config, num_programs, check, prune,
+                                         progress)
+    return reused("ranks", graph, (ranks, target, placement, tile_config, num_programs, check, prune), build)
 
 
 def _build_rank_schedules(graph, ranks, target, placement, tile_config, num_programs, check, prune,

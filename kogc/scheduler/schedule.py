@@ -20,6 +20,7 @@ from .config import ESIZE, TileConfig, attention_splits, validate, with_placemen
 from .deps import Event, derive, merge_events, order_waits_oldest_first, share_lane_events
 from .fuse import FusedOp, fuse
 from .place import bytes_model_seconds, die_edge_share, place_parallel, place_sequential
+from .reuse import reused
 from .tasks import NARGS, REMOTE_BIT, Exchange, Task
 from .tile import Layout, tile
 
@@ -298,8 +299,11 @@ def build_schedule(graph: Graph, target: Target, placement: str = "parallel",
                    progress: Callable[[str, float], None] | None = None) -> Schedule:
     """Schedule `graph` for `target`. placement="sequential" gives one queue (Triton's interpreter).
     progress(stage, seconds) is called as each stage ends (tile, deps, place, prune, waits, check)."""
-    with without_cycle_collection():
-        return _build_schedule(graph, target, placement, tile_config, num_programs, check, prune, Stages(progress))
+    def build():
+        with without_cycle_collection():
+            return _build_schedule(graph, target, placement, tile_config, num_programs, check, prune,
+                                   Stages(progress))
+    return reused("one", graph, (target, placement, tile_config, num_programs, check, prune), build)
 
 
 def _build_schedule(graph, target, placement, tile_config, num_programs, check, prune, stages: Stages) -> Schedule:
