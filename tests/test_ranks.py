@@ -317,3 +317,31 @@ def test_a_rank_of_one_lane_takes_more_attention_splits_the_last_combining():
     assert cfg(to_ir(tiny(num_lanes=2, num_hidden_layers=1)), 2, TileConfig(attn_splits=8))[:2] == (8, 512)
     cut = heads_as_lanes(to_ir(tiny(num_lanes=1, num_hidden_layers=1)), 2)
     assert cut.meta["lanes_from_heads"] and cfg(cut, 2)[0] != RANK_OF_ONE_LANE_SPLITS
+
+
+@pytest.mark.parametrize("spans", [[(0, 8), (8, 16), (20, 24), (30, 40)],       # disjoint: found by bisection
+                                   [(0, 8), (4, 16), (20, 24), (2, 40)]])       # overlapping: checked one by one
+def test_a_tasks_receive_buffers_are_those_its_reads_overlap(spans):
+    """_receivers: per task, the exchanges whose receive buffer its f32 reads overlap, in exchange order, as
+    a check of every pair gives; reads of other arenas and touching ends do not count."""
+    import random
+    from types import SimpleNamespace as NS
+    from kogc.scheduler.ranks import _receivers
+    from kogc.scheduler.tasks import Region
+    rng = random.Random(len(spans) + spans[1][0])
+    order = rng.sample(range(len(spans)), len(spans))            # exchanges not in buffer order
+    layout = NS(slots={f"r{i}": ("f32", lo, hi - lo) for i, (lo, hi) in enumerate(spans)})   # (arena, start, size)
+    exchanges = [NS(recv=f"r{i}") for i in order]
+    tasks = []
+    for _ in range(300):
+        reads = []
+        for _ in range(rng.randrange(0, 3)):
+            a = rng.randrange(0, 44)
+            reads.append(Region(rng.choice(["f32", "f32", "f16"]), a, a + rng.randrange(1, 10)))
+        tasks.append(NS(reads=reads))
+    want = [[i for i, x in enumerate(exchanges)
+             if any(r.arena == "f32" and r.overlaps(Region("f32", layout.slots[x.recv][1],
+                                                           layout.slots[x.recv][1] + layout.slots[x.recv][2]))
+                    for r in t.reads)] for t in tasks]
+    assert _receivers(tasks, layout, exchanges) == want
+    assert any(want) and not all(want)

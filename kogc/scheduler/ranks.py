@@ -13,6 +13,7 @@ rank must feed that rank's token (several steps in one launch).
 from __future__ import annotations
 
 import dataclasses
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable
 
 from ..ir.graph import Graph
@@ -117,10 +118,18 @@ def _receivers(tasks: list[Task], layout, exchanges) -> list[list[int]]:
     """Per task, the indices of the exchanges whose receive buffer it reads (from the regions it reads,
     not its waits: the checks must see a wait that is missing)."""
     spans = [(layout.slots[x.recv][1], layout.slots[x.recv][1] + layout.slots[x.recv][2]) for x in exchanges]
+    order = sorted(range(len(spans)), key=lambda i: spans[i])
+    los, his = [spans[i][0] for i in order], [spans[i][1] for i in order]
+    disjoint = all(his[k] <= los[k + 1] for k in range(len(order) - 1))
     out = []
     for t in tasks:
         f32 = [(r.start, r.end) for r in t.reads if r.arena == "f32"]
-        out.append([i for i, (lo, hi) in enumerate(spans) if any(a < hi and lo < b for a, b in f32)] if f32 else [])
+        if not f32:
+            out.append([])
+        elif disjoint:      # sorted and disjoint: the spans a read overlaps are one run of the order
+            out.append(sorted({order[k] for a, b in f32 for k in range(bisect_right(his, a), bisect_left(los, b))}))
+        else:
+            out.append([i for i, (lo, hi) in enumerate(spans) if any(a < hi and lo < b for a, b in f32)])
     return out
 
 
