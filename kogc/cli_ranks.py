@@ -73,10 +73,10 @@ def start_ranks(args):
 def _bodies_from(path: str) -> tuple[dict, bool]:
     """Per kind, the median body of the profiled step in a task-times file; and whether the profile is a
     detail one (kogc bench --profile detail), as the model's own bodies are."""
-    from .analysis.stamps import load_profiled
-    from .analysis.stream import body_times_from_stamps
-    schedule, ids, ts, _ = load_profiled(path)
-    return body_times_from_stamps(schedule, ids, ts), ts.shape[1] >= 5
+    import numpy as np
+    from .analysis.stamps import bodies_of_file, load_stamps
+    bodies = {k: float(np.median(v)) for k, v in bodies_of_file(path).items()}
+    return bodies, load_stamps(path)[1].shape[1] >= 5
 
 
 # why a plain profile's bodies read optimistic (docs/multi-gpu.md, The speed model)

@@ -220,6 +220,33 @@ def test_stamps_round_trip(stamps_file):
     assert again == {**meta, "read_bw_Bps": 4.1e12} and (got_ids == ids).all() and (got_ts == ts).all()
 
 
+def test_a_file_names_its_tasks_kinds_so_that_its_bodies_read_without_the_schedule(stamps_file, tmp_path):
+    """kogc predict --bodies: a file's bodies by kind, from the kinds it records, also once its kernel has
+    changed (its schedule no longer fits); a file without kinds is read through its schedule."""
+    from kogc.analysis.stamps import _write, bodies_of_file, load_kinds, load_profiled
+    from kogc.analysis.stream import bodies_by_kind
+    from kogc.errors import KogcError
+    path, s, ids, ts = stamps_file
+    kinds = load_kinds(path)
+    assert kinds == [s.tasks[int(t)].kind_key for t in ids] and len(set(kinds)) > 3
+
+    def by_kind(per):
+        return {k: sorted(v) for k, v in per.items()}
+    want = by_kind(bodies_by_kind(s, ids, ts))
+    assert by_kind(bodies_of_file(path)) == want
+    got_ids, got_ts, meta = load_stamps(path)
+    stale = str(tmp_path / "stale.npz")                 # as if compiled by a kernel of another day
+    _write(stale, got_ids, got_ts, {**meta, "num_programs": 3}, np.load(path)["kind"])
+    with pytest.raises(KogcError, match="not the schedule the profile was taken with"):
+        load_profiled(stale)
+    assert by_kind(bodies_of_file(stale)) == want
+    record_read_bandwidth(stale, 4.0e12)                # rewritten with its kinds
+    assert load_kinds(stale) == kinds
+    old = str(tmp_path / "old.npz")                     # written before files held kinds
+    _write(old, got_ids, got_ts, {k: v for k, v in meta.items() if k != "kinds"})
+    assert load_kinds(old) is None and by_kind(bodies_of_file(old)) == want
+
+
 def test_a_recorded_config_is_read_as_compiled_not_filled_from_todays_profile():
     # a file's meta records the settings its compile used, the profile of that day filled in; a profile that
     # gained settings since (laneformer-2b's four lane homes) must not move the file's queues: what the record

@@ -6,7 +6,9 @@ a JSON string naming the model (model file, preset or checkpoint, overrides), th
 of programs and every TileConfig field the schedule was built with (and, for a mirrored rank of
 `kogc bench --gpus G --mirror`, G; the GPU and the run's read bandwidth where known), so that
 `kogc analyze` can build the same schedule again, also after a default changed. (Older files recorded
-only the fields that differed from their commit's defaults.)
+only the fields that differed from their commit's defaults.) `kind` (one index a task, in the order of `ids`,
+into the meta's `kinds`) names each task's kind, so that the bodies by kind (`kogc predict --bodies`) read
+without the schedule, also once the kernel has changed; files written before it have none.
 `kogc bench --profile --task-times FILE` (also with `--gpus G --mirror`) and `kogc sweep` (a variant
 with "profile": true, and --out DIR) write them.
 """
@@ -36,9 +38,13 @@ def save_stamps(ck, path: str, model_file: str | None = None, preset: str | None
         meta["read_bw_Bps"] = float(read_bw_Bps)
     if getattr(ck, "stamps_schedule", s) is not s:      # rank 0 of G with its peers mirrored
         meta["mirror_of"] = s.ranks
+    names = sorted({t.kind_key for t in s.tasks})
+    meta["kinds"] = names
+    index = {k: i for i, k in enumerate(names)}
+    kind = np.array([index[s.tasks[int(t)].kind_key] for t in ids], dtype=np.int16)
     if not path.endswith(".npz"):
         path += ".npz"
-    _write(path, ids, ts, meta)
+    _write(path, ids, ts, meta, kind)
     return path
 
 
@@ -47,11 +53,13 @@ def record_read_bandwidth(path: str, read_bw_Bps: float) -> None:
     reading and takes the higher of the two for its floor; this makes the file's the floor's."""
     ids, ts, meta = load_stamps(path)
     meta["read_bw_Bps"] = float(read_bw_Bps)
-    _write(path, ids, ts, meta)
+    kinds = load_kinds(path)
+    _write(path, ids, ts, meta, None if kinds is None else np.load(path)["kind"])
 
 
-def _write(path: str, ids: np.ndarray, ts: np.ndarray, meta: dict) -> None:
-    np.savez_compressed(path, ids=ids, ts=ts, meta=np.array(json.dumps(meta)))
+def _write(path: str, ids: np.ndarray, ts: np.ndarray, meta: dict, kind: np.ndarray | None = None) -> None:
+    extra = {} if kind is None else {"kind": kind}
+    np.savez_compressed(path, ids=ids, ts=ts, meta=np.array(json.dumps(meta)), **extra)
 
 
 def load_stamps(path: str) -> tuple[np.ndarray, np.ndarray, dict]:
@@ -68,6 +76,34 @@ def load_stamps(path: str) -> tuple[np.ndarray, np.ndarray, dict]:
         raise KogcError(f"{path}: ids {ids.shape} and ts {ts.shape} do not fit (one row of at least 3 stamps "
                         f"per task)")
     return ids, ts, meta
+
+
+def load_kinds(path: str) -> list[str] | None:
+    """Each task's kind, in the order of the file's ids; None for a file written without them."""
+    ids, _, meta = load_stamps(path)
+    data = np.load(path, allow_pickle=False)
+    if "kind" not in data.files or "kinds" not in meta:
+        return None
+    kind, names = np.asarray(data["kind"]), meta["kinds"]
+    if kind.shape != ids.shape or (kind.size and not 0 <= int(kind.min()) <= int(kind.max()) < len(names)):
+        raise KogcError(f"{path}: its task kinds ({kind.shape}) do not fit its {len(ids)} tasks and {len(names)} "
+                        f"kind names")
+    return [names[int(k)] for k in kind]
+
+
+def bodies_of_file(path: str) -> dict[str, list[float]]:
+    """Per kind, every task's body (after its waits to its end, us) in a stamps file: by the kinds it
+    records, else by the schedule it was taken with, built again (which must still fit)."""
+    kinds = load_kinds(path)
+    if kinds is None:
+        from .stream import bodies_by_kind
+        schedule, ids, ts, _ = load_profiled(path)
+        return bodies_by_kind(schedule, ids, ts)
+    _, ts, _ = load_stamps(path)
+    per: dict[str, list[float]] = {}
+    for k, row in zip(kinds, ts):
+        per.setdefault(k, []).append(float(row[2] - row[1]) / 1e3)
+    return per
 
 
 def schedule_for(meta: dict, model_file: str | None = None, preset: str | None = None,
