@@ -9,13 +9,15 @@
 #   bash experiments/context_sweeps.sh splits         # laneformer-2b and 0.5b, 16 / 32 / 64 attention splits (about 3)
 #   bash experiments/context_sweeps.sh splits-g8      # rank 0 of 8 mirrored on this GPU, the same splits (about 2)
 #   bash experiments/context_sweeps.sh models-g8      # laneformer-0.5b's and 7b's rank 0 of 8 mirrored, defaults (about 3)
+#   bash experiments/context_sweeps.sh profiles-g8    # the same ranks' detail profiles at 1024, bodies for `kogc predict
+#                                                     # --bodies` (about 7)
 #
 # Each sweep writes NAME.log (with its exit code) and NAME.json under OUT; OUT/commands.txt lists what ran.
 set -u
-WHAT=${1:?usage: context_sweeps.sh placement|placement-fp8|splits|splits-g8|models-g8}
+WHAT=${1:?usage: context_sweeps.sh placement|placement-fp8|splits|splits-g8|models-g8|profiles-g8}
 : "${OUT:?set OUT to the folder the results go to}"
-case $WHAT in placement|placement-fp8|splits|splits-g8|models-g8) ;; *)
-    echo "what must be placement, placement-fp8, splits, splits-g8 or models-g8, not $WHAT" >&2; exit 2 ;; esac
+case $WHAT in placement|placement-fp8|splits|splits-g8|models-g8|profiles-g8) ;; *)
+    echo "what must be placement, placement-fp8, splits, splits-g8, models-g8 or profiles-g8, not $WHAT" >&2; exit 2 ;; esac
 export PYTHONPATH=${PYTHONPATH:-$PWD} CUDA_MODULE_LOADING=EAGER PYTHONUNBUFFERED=1
 SPLITS='[{}, {"attn_splits": 32}, {"attn_combine_width": 128, "attn_splits": 64}]'
 
@@ -49,4 +51,11 @@ models-g8)
     # the speed model's steps for ranks it was not fitted to (docs/multi-gpu.md, the speed model)
     sweep sweep-05b-g8 200 laneformer-0.5b '[{}]' --gpus 8 --mirror
     sweep sweep-7b-g8 300 laneformer-7b '[{}]' --gpus 8 --mirror ;;
+profiles-g8)
+    # bodies where HBM idles for models of other widths than laneformer-2b's (docs/multi-gpu.md, the speed model)
+    for p in 0.5b 7b; do
+        step "profile-$p-g8" "$([ $p = 7b ] && echo 330 || echo 150)" python3 -m kogc bench --config "laneformer-$p" \
+            --gpus 8 --mirror --context 1024 --steps 30 --reps 3 --baselines '' --profile detail \
+            --task-times "$OUT/task-times-$p-g8-detail.npz" --json "$OUT/profile-$p-g8.json"
+    done ;;
 esac
