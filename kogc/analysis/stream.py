@@ -11,8 +11,8 @@ body time, and at its end the task counts on its events.
 Why not the one-GPU profile's task times alone: they were measured with HBM saturated, so a rank of
 several GPUs, whose programs stream a fraction of the bytes, gets them too long (at G = 8 an attention
 body 4.1 us against 6.8, and the old model predicted 0.926 ms where the mirror measured 0.567). Here
-the bodies are unloaded (from a rank with HBM mostly idle, `body_times_from_stamps`) and the queue at
-HBM supplies the rest: one model for every G. Served as equal shares instead of in order, every tile
+the bodies are unloaded (from a rank with HBM mostly idle: the medians of
+`kogc.analysis.stamps.bodies_of_file`) and the queue at HBM supplies the rest: one model for every G. Served as equal shares instead of in order, every tile
 of a saturated GPU finished late (laneformer-2b at G = 1 and 2: +15 to +35%): HBM is a queue.
 """
 from __future__ import annotations
@@ -92,11 +92,6 @@ def bodies_by_kind(schedule, ids: np.ndarray, ts: np.ndarray) -> dict[str, list[
     for t, us in zip(schedule.tasks, body_us(schedule, ids, ts)):
         per[kind_key(t)].append(us)
     return dict(per)
-
-
-def body_times_from_stamps(schedule, ids: np.ndarray, ts: np.ndarray) -> dict:
-    """Per kind, the median body (after the waits to the end, us) of a profiled step."""
-    return {k: float(np.median(v)) for k, v in bodies_by_kind(schedule, ids, ts).items()}
 
 
 def _body(t, params: StreamParams) -> float:
