@@ -380,6 +380,24 @@ def test_detail_profile_splits_a_tasks_start():
 
 
 @pytest.mark.gpu
+def test_bench_profiles_the_kernel_it_times_with_its_schedule(tmp_path, capsys, monkeypatch):
+    """`kogc bench --profile --task-times FILE`: the profiled kernel takes the timed kernel's schedule (built
+    once), the file names each task's kind, and kogc predict reads its bodies."""
+    from kogc.analysis.stamps import load_kinds, load_profiled
+    from kogc.scheduler import schedule as schedule_mod
+    built = []
+    real = schedule_mod._build_schedule
+    monkeypatch.setattr(schedule_mod, "_build_schedule", lambda *a: built.append(1) or real(*a))
+    f = str(tmp_path / "t.npz")
+    assert main(["bench", MODEL_FILE, "--config", "tiny", "--context", "16", "--steps", "4", "--reps", "1",
+                 "--baselines", "", "--profile", "--task-times", f]) == 0
+    assert "step span" in capsys.readouterr().out and len(built) == 1
+    s, ids, _, _ = load_profiled(f)
+    assert load_kinds(f) == [s.tasks[int(t)].kind_key for t in ids]
+    assert main(["predict", MODEL_FILE, "--config", "tiny", "--gpus", "1", "--bodies", f]) == 0
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("how, label", [("--one-gpu", "kogc 2 ranks"), ("--mirror", "kogc rank 0 of 2, mirrored")])
 def test_bench_of_ranks_checks_them_and_the_one_gpu_kernel_against_eager(tmp_path, capsys, how, label):
     """`kogc bench --gpus 2` with both ranks on this GPU, or rank 0 with its peers mirrored (checked on the model
