@@ -53,8 +53,8 @@ def record_read_bandwidth(path: str, read_bw_Bps: float) -> None:
     reading and takes the higher of the two for its floor; this makes the file's the floor's."""
     ids, ts, meta = load_stamps(path)
     meta["read_bw_Bps"] = float(read_bw_Bps)
-    kinds = load_kinds(path)
-    _write(path, ids, ts, meta, None if kinds is None else np.load(path)["kind"])
+    data = np.load(path, allow_pickle=False)
+    _write(path, ids, ts, meta, np.asarray(data["kind"]) if "kind" in data.files else None)
 
 
 def _write(path: str, ids: np.ndarray, ts: np.ndarray, meta: dict, kind: np.ndarray | None = None) -> None:
