@@ -81,6 +81,10 @@ def load_stamps(path: str) -> tuple[np.ndarray, np.ndarray, dict]:
 def load_kinds(path: str) -> list[str] | None:
     """Each task's kind, in the order of the file's ids; None for a file written without them."""
     ids, _, meta = load_stamps(path)
+    return _kinds(path, ids, meta)
+
+
+def _kinds(path: str, ids: np.ndarray, meta: dict) -> list[str] | None:
     data = np.load(path, allow_pickle=False)
     if "kind" not in data.files or "kinds" not in meta:
         return None
@@ -94,12 +98,13 @@ def load_kinds(path: str) -> list[str] | None:
 def bodies_of_file(path: str) -> dict[str, list[float]]:
     """Per kind, every task's body (after its waits to its end, us) in a stamps file: by the kinds it
     records, else by the schedule it was taken with, built again (which must still fit)."""
-    kinds = load_kinds(path)
+    ids, ts, meta = load_stamps(path)
+    kinds = _kinds(path, ids, meta)
     if kinds is None:
         from .stream import bodies_by_kind
-        schedule, ids, ts, _ = load_profiled(path)
+        schedule = schedule_for(meta)
+        check_fits(schedule, ids, path)
         return bodies_by_kind(schedule, ids, ts)
-    _, ts, _ = load_stamps(path)
     per: dict[str, list[float]] = {}
     for k, row in zip(kinds, ts):
         per.setdefault(k, []).append(float(row[2] - row[1]) / 1e3)

@@ -12,8 +12,9 @@ Why not the one-GPU profile's task times alone: they were measured with HBM satu
 several GPUs, whose programs stream a fraction of the bytes, gets them too long (at G = 8 an attention
 body 4.1 us against 6.8, and the old model predicted 0.926 ms where the mirror measured 0.567). Here
 the bodies are unloaded (from a rank with HBM mostly idle: the medians of
-`kogc.analysis.stamps.bodies_of_file`) and the queue at HBM supplies the rest: one model for every G. Served as equal shares instead of in order, every tile
-of a saturated GPU finished late (laneformer-2b at G = 1 and 2: +15 to +35%): HBM is a queue.
+`kogc.analysis.stamps.bodies_of_file`) and the queue at HBM supplies the rest: one model for every G.
+Served as equal shares instead of in order, every tile of a saturated GPU finished late (laneformer-2b
+at G = 1 and 2: +15 to +35%): HBM is a queue.
 """
 from __future__ import annotations
 
@@ -34,7 +35,8 @@ from .stamps import body_us
 # (docs/results/2026-12-03/mirror-g8-2b-detail-499908f.npz). A detail profile: its stamps add 0.1-2 us a
 # body, which stands in for costs the model has not got (late waits); a plain profile's bodies fit 9-16%
 # short at G = 4 and 8 (docs/multi-gpu.md, the speed model).
-# Every model's matvec tiles are 32 KB, so these serve where no profile of the model is given;
+# Every model's matvec tiles are 32 KB, so these serve where no profile of the model is given, but other widths'
+# prologues and attention take other times (kogc predict says so; docs/multi-gpu.md, where the model is off);
 # attention's grow with a split's bytes, in part (StreamParams.attention_fixed_share).
 H200_BODY_US = {
     "embed": 2.18, "matvec/rmsnorm/rope_store": 1.76, "matvec/rmsnorm/rope_cache": 1.70, "matvec/rmsnorm/cache": 1.60,

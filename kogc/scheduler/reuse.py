@@ -2,7 +2,8 @@
 profiled step of `kogc bench --gpus G`) runs the same schedule as the kernel it profiles: inside
 `schedules_reused()` a schedule asked for again, of the same IR, target and settings, is the one built
 before (laneformer-7b's takes 25 s on 2 cores, its 8 ranks' 40 s). Outside a scope nothing is kept, and
-inside one the schedules live until it ends."""
+inside one the schedules live until it ends. A schedule got in a scope is shared: change a copy, not it
+(kogc.analysis.ranks.schedules_for, which reprices attention in place, runs outside any)."""
 from __future__ import annotations
 
 import contextlib
