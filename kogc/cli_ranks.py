@@ -91,13 +91,12 @@ FP8_FP16_BODIES = ("note: the model's bodies are fp16 weights'; FP8 tiles hold t
                    "0.950 measured)")
 
 
-# laneformer-2b's widths, whose bodies the model holds; other widths' prologues and attention take other times
-# (docs/multi-gpu.md, the speed model: where it is off)
-BODY_WIDTHS = (2048, 128)
-OTHER_WIDTHS_BODIES = ("note: the model's bodies are laneformer-2b's (hidden size 2048, head_dim 128), whose "
-                       "prologues and attention are not this model's ({} and {}): rank 0 of 8 mirrored on an H100 read "
-                       "+24% for laneformer-0.5b (1024 and 64) and -9% for 7b (4096 and 128), and 0.5b -3% with its "
-                       "own profile's bodies: give this model's with --bodies (kogc bench --profile --task-times FILE)")
+# where no bodies were measured at a model's widths (kogc.analysis.body_tables): laneformer-2b's serve
+OTHER_WIDTHS_BODIES = ("note: no bodies were measured at this model's widths (hidden size {}, head_dim {}): the "
+                       "model takes laneformer-2b's (2048 and 128), whose prologues and attention are not this "
+                       "model's; rank 0 of 8 mirrored on an H100 read +24% for laneformer-0.5b and -9% for 7b with "
+                       "them, +10% and -2% with their own: give this model's with --bodies (kogc bench --profile "
+                       "detail --task-times FILE)")
 
 
 def body_widths(graph) -> tuple[int | None, int | None]:
@@ -116,6 +115,7 @@ def cache_positions(graph) -> int | None:
 
 def cmd_predict(args) -> int:
     from .analysis.ranks import DEFAULT_CONTEXT, predict
+    from .analysis.body_tables import bodies_of, body_table_for
     from .analysis.stream import StreamParams
     from .frontend import to_ir
     from .frontend.model_file import build_for_tracing
@@ -137,7 +137,9 @@ def cmd_predict(args) -> int:
         return fail(f"--context {args.context} does not fit the KV cache of {positions} positions")
     context = args.context or min(DEFAULT_CONTEXT, positions or DEFAULT_CONTEXT)
     given = parse_tile_config(args.tile_config)
-    params = StreamParams(hop_us=args.local_us)
+    widths = body_widths(graph)
+    table = body_table_for(widths)
+    params = StreamParams(hop_us=args.local_us, body_us=bodies_of(table))
     detail = True
     if args.bodies:
         bodies, detail = _bodies_from(args.bodies)
@@ -148,7 +150,7 @@ def cmd_predict(args) -> int:
                    context=context)
     print(f"{args.checkpoint or args.config} on {target.name} at context {context}: hop {args.local_us:g} us "
           f"within a GPU, "
-          f"{args.remote_us:g} us across; bodies {args.bodies or 'of laneformer-2b on an H200'} (a model)")
+          f"{args.remote_us:g} us across; bodies {args.bodies or f'of {table.model} ({table.source})'} (a model)")
     for r in rows:
         extra = (f"; calibrated by the measured one-GPU step (x{r['calibration']:.3f}): {r['predicted_ms']:.3f} ms, "
                  f"{r['predicted_tok_s']:.0f} tok/s") if "predicted_ms" in r else ""
@@ -157,12 +159,11 @@ def cmd_predict(args) -> int:
         print(PLAIN_BODIES)
     if args.weights == "fp8" and not args.bodies:
         print(FP8_FP16_BODIES)
-    widths = body_widths(graph)
-    if widths != BODY_WIDTHS and not args.bodies:
+    if table.widths != widths and not args.bodies:
         print(OTHER_WIDTHS_BODIES.format(*widths))
     if args.json:
         save_json({"config": args.config, "target": target.name, "context": context, "local_us": args.local_us,
-                   "remote_us": args.remote_us, "bodies": args.bodies, "bodies_detail": detail,
+                   "remote_us": args.remote_us, "bodies": args.bodies or table.model, "bodies_detail": detail,
                    "measured_one_gpu_ms": args.measured_ms,
                    "rows": rows}, args.json)
     return 0

@@ -2,6 +2,7 @@
 one process (kogc.runtime.ranks), against eager and the IR reference; the schedules' cross-rank
 soundness check; the errors a user gets."""
 import dataclasses
+import os
 
 import pytest
 import torch
@@ -198,6 +199,22 @@ def test_two_ranks_on_one_gpu_equal_the_one_gpu_kernel():
     assert res["max_rel_err"] <= res["max_rel_err_allowed"] and not res["argmax_misses"]
 
 
+def test_the_speed_model_takes_the_bodies_measured_at_a_models_widths():
+    """kogc predict's bodies: each Laneformer preset's own table (measured at its hidden size and head_dim), its
+    kinds missing from it filled from laneformer-2b's; any other widths laneformer-2b's."""
+    from kogc.analysis.body_tables import LANEFORMER_2B, bodies_of, body_table_for
+    from kogc.cli_ranks import body_widths
+    from kogc.frontend.model_file import build_for_tracing
+    laneformer = os.path.join(os.path.dirname(__file__), "..", "examples", "laneformer.py")
+    for preset in ("laneformer-0.5b", "laneformer-2b", "laneformer-7b"):
+        table = body_table_for(body_widths(to_ir(build_for_tracing(laneformer, preset=preset))))
+        assert table.model == preset
+        bodies = bodies_of(table)
+        assert set(bodies) >= set(LANEFORMER_2B.body_us) and all(bodies[k] == v for k, v in table.body_us.items())
+    assert body_table_for(body_widths(to_ir(tiny()))) is LANEFORMER_2B
+    assert body_table_for((None, None)) is LANEFORMER_2B and body_table_for((1024, 128)) is LANEFORMER_2B
+
+
 def test_cli_predict_replays_the_ranks(tmp_path, capsys):
     """`kogc predict`: the ranks' schedules replayed together by the stream model (no GPU), also calibrated
     by a measured step; a file of task times that is not one is refused."""
@@ -213,11 +230,13 @@ def test_cli_predict_replays_the_ranks(tmp_path, capsys):
     assert all(r["model_us"] > 0 for r in rows)
     out_text = capsys.readouterr().out
     assert "2 GPU(s)" in out_text and "FP8 tiles" not in out_text
-    # tiny's widths are not laneformer-2b's, whose bodies the model holds: said, unless bodies are given
-    from kogc.cli_ranks import BODY_WIDTHS, body_widths
+    # no bodies were measured at tiny's widths: laneformer-2b's serve, and that is said unless bodies are given
+    from kogc.analysis.body_tables import BODY_TABLES
+    from kogc.cli_ranks import body_widths
     from kogc.frontend import to_ir
-    assert body_widths(to_ir(tiny())) != BODY_WIDTHS
-    assert "bodies are laneformer-2b's (hidden size" in out_text
+    assert body_widths(to_ir(tiny())) not in [t.widths for t in BODY_TABLES]
+    assert "no bodies were measured at this model's widths" in out_text
+    assert json.loads(out.read_text())["bodies"] == "laneformer-2b"
     # FP8 weights with the model's (fp16) bodies: predicted, with a note to give an FP8 profile's
     assert main(["predict", MODEL_FILE, "--config", "tiny", "--gpus", "1", "--weights", "fp8"]) == 0
     assert "give an FP8 profile's with --bodies" in capsys.readouterr().out
@@ -229,7 +248,7 @@ def test_cli_predict_replays_the_ranks(tmp_path, capsys):
     plain = played_stamps(s, str(tmp_path / "plain"), model_file=MODEL_FILE, preset="tiny")[0]
     assert main(["predict", MODEL_FILE, "--config", "tiny", "--gpus", "1", "--bodies", plain, "--json", str(out)]) == 0
     out_text = capsys.readouterr().out
-    assert "bodies of a plain profile" in out_text and "bodies are laneformer-2b's" not in out_text
+    assert "bodies of a plain profile" in out_text and "no bodies were measured" not in out_text
     assert json.loads(out.read_text())["bodies_detail"] is False
     assert json.loads(out.read_text())["context"] == 128        # (1024 by default; tiny's cache holds 128)
     # rank counts below 1 and negative hop times: one clear error, exit 2

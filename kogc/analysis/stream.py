@@ -28,26 +28,9 @@ from ..errors import KogcError
 from ..runtime.profile import kind_key
 from ..scheduler.schedule import REFERENCE_ATTENTION_BYTES
 from ..scheduler.tasks import A_SLOT
+from .body_tables import LANEFORMER_2B
 from .stamps import body_us
 
-# laneformer-2b's rank 0 of 8 with its peers mirrored (one lane a GPU, HBM idle 85% of the step):
-# the median body (after the waits to the end, us) per kind, H200, 2026-12-03, kernel of 499908f
-# (docs/results/2026-12-03/mirror-g8-2b-detail-499908f.npz). A detail profile: its stamps add 0.1-2 us a
-# body, which stands in for costs the model has not got (late waits); a plain profile's bodies fit 9-16%
-# short at G = 4 and 8 (docs/multi-gpu.md, the speed model).
-# Every model's matvec tiles are 32 KB, so these serve where no profile of the model is given, but other widths'
-# prologues and attention take other times (kogc predict says so; docs/multi-gpu.md, where the model is off);
-# attention's grow with a split's bytes, in part (StreamParams.attention_fixed_share).
-H200_BODY_US = {
-    "embed": 2.18, "matvec/rmsnorm/rope_store": 1.76, "matvec/rmsnorm/rope_cache": 1.70, "matvec/rmsnorm/cache": 1.60,
-    "attention": 5.25, "matvec/attn_combine/residual": 3.39, "matvec/attn_combine/store": 6.37,
-    "matvec/rmsnorm/store": 1.79, "matvec/silu_mul/store": 2.93, "matvec/silu_mul/residual": 2.46,
-    "matvec/plain/store_argmax": 2.85, "residual": 1.38, "send": 3.74, "keysend": 3.46, "final_norm": 6.02,
-    "combine": 4.10, "argmax": 1.73,
-    # not in that profile (its output projections combine the splits): where the last split combines, the output
-    # projection reads o as a plain vector, a residual matvec like W2 (whose prologue forms SiLU of 64 inputs)
-    "matvec/plain/residual": 2.46,
-}
 
 
 COMBINE_SPLITS = 16     # the splits StreamParams.combine_us was fitted with
@@ -55,9 +38,10 @@ COMBINE_SPLITS = 16     # the splits StreamParams.combine_us was fitted with
 
 @dataclasses.dataclass
 class StreamParams:
-    """The model's constants (H200). start, latency and the per-program rate were fitted, with
-    H200_BODY_US, to laneformer-2b's mirrored steps at G = 1, 2, 4, 8 (docs/multi-gpu.md)."""
-    body_us: dict = dataclasses.field(default_factory=lambda: dict(H200_BODY_US))
+    """The model's constants (H200). start, latency and the per-program rate were fitted, with laneformer-2b's
+    bodies (kogc.analysis.body_tables), to laneformer-2b's mirrored steps at G = 1, 2, 4, 8 (docs/multi-gpu.md);
+    attention's bodies grow with a split's bytes, in part (attention_fixed_share)."""
+    body_us: dict = dataclasses.field(default_factory=lambda: dict(LANEFORMER_2B.body_us))
     start_us: float = 0.5            # header and table reads before the tile is issued (measured: 0.4-0.7)
     latency_us: float = 0.7          # a tile's last byte leaving HBM to its arrival in registers
     program_gbs: float = 100.0       # the fastest one program takes a tile (GB/s)
