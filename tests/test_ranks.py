@@ -199,6 +199,26 @@ def test_two_ranks_on_one_gpu_equal_the_one_gpu_kernel():
     assert res["max_rel_err"] <= res["max_rel_err_allowed"] and not res["argmax_misses"]
 
 
+@pytest.mark.gpu
+def test_two_ranks_on_one_gpu_sample_the_one_gpu_kernels_tokens():
+    """Temperature sampling, plain and with top-k and top-p, by two ranks side by side on this GPU (every rank
+    gathers the whole logits for the filters; the noise is keyed by seed, step and token id) gives the one-GPU
+    kernel's tokens, and is not greedy decoding."""
+    model = tiny(seed=3, vocab_size=250, num_hidden_layers=2)       # fp32, 125 ids per rank
+    single, ranked = kogc.compile(model), kogc.compile(model, gpus=2, one_gpu=True)
+    prompt, n = [5], 24
+    greedy = single.generate(prompt, n)
+    sampled = []
+    for kw in (dict(temperature=1.5, seed=1234), dict(temperature=1.0, seed=7, top_k=5, top_p=0.8),
+               dict(temperature=2.0, seed=3, top_k=3), dict(temperature=1.0, seed=9, top_p=0.5)):
+        single.reset()
+        ranked.reset()
+        tokens = ranked.generate(prompt, n, **kw)
+        assert tokens == single.generate(prompt, n, **kw), kw
+        sampled.append(tokens)
+    assert any(t != greedy for t in sampled)
+
+
 def test_the_speed_model_takes_the_bodies_measured_at_a_models_widths():
     """kogc predict's bodies: each Laneformer preset's own table (measured at its hidden size and head_dim), its
     kinds missing from it filled from laneformer-2b's; any other widths laneformer-2b's."""
