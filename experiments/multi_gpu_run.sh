@@ -13,14 +13,20 @@
 #   bash experiments/multi_gpu_run.sh G ordinary   # an ordinary decoder cut into G lanes (tensor parallelism):
 #                                                  # Llama-3.2-1B's shapes checked, then benched with the one-GPU
 #                                                  # kernel and the TP=G stack
+#   bash experiments/multi_gpu_run.sh G preflight  # on ONE GPU, before a machine of G is lent: G processes
+#                                                  # sharing it through the same cross-process path (the
+#                                                  # launcher, symmetric memory; PyTorch's opt-in for ranks on
+#                                                  # one device, a gloo group): tiny checked fp16 and FP8, an
+#                                                  # ordinary decoder's tiny, and sampled tokens against one GPU
+#                                                  # (the processes' kernels take turns: no speed; about 3 minutes)
 #
 # Each command runs under its own time limit (a step that runs over leaves the others their time) and writes
 # NAME.log (with its exit code) and NAME.json under OUT; OUT/commands.txt lists what ran. On the CPU
 # afterwards: kogc predict --config laneformer-2b --gpus G --remote-us <the probe's 8 KB median> against the
 # bench's row (the speed model, docs/multi-gpu.md).
 set -u
-G=${1:?usage: multi_gpu_run.sh G correct|speed|fp8|ordinary}
-PHASE=${2:?usage: multi_gpu_run.sh G correct|speed|fp8|ordinary}
+G=${1:?usage: multi_gpu_run.sh G correct|speed|fp8|ordinary|preflight}
+PHASE=${2:?usage: multi_gpu_run.sh G correct|speed|fp8|ordinary|preflight}
 : "${OUT:?set OUT to the folder the results go to}"
 export PYTHONPATH=${PYTHONPATH:-$PWD} CUDA_MODULE_LOADING=EAGER PYTHONUNBUFFERED=1
 
@@ -53,8 +59,28 @@ ordinary)
     step bench-llama-1b-g$G 300 python3 -m kogc bench examples/llama.py --config llama-3.2-1b --max-len 2048 \
         --gpus "$G" --context 1024 --steps 100 --reps 5 --json "$OUT/bench-llama-1b-g$G.json"
     ;;
+preflight)
+    export TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES=1
+    for w in model fp8; do
+        step check-tiny-$w-g$G-shared 120 python3 -m kogc check --config tiny --gpus "$G" --weights $w --steps 8 \
+            --generate 8 --json "$OUT/check-tiny-$w-g$G-shared.json"
+    done
+    step check-llama-tiny-g$G-shared 120 python3 -m kogc check examples/llama.py --config tiny --gpus "$G" --steps 8 \
+        --generate 8 --json "$OUT/check-llama-tiny-g$G-shared.json"
+    for g in 1 "$G"; do     # temperature, top-k and top-p: every rank gathers the whole logits on the device
+        step run-tiny-sampled-g$g 80 python3 -m kogc run --config tiny --gpus "$g" --prompt-ids 1,2 \
+            --max-new-tokens 32 --temperature 1.0 --top-k 5 --top-p 0.8 --seed 7
+    done
+    tokens() { grep -B1 -E "^[0-9]+ tokens" "$OUT/run-tiny-sampled-g$1.log" | head -1; }
+    if [ -n "$(tokens 1)" ] && [ "$(tokens 1)" = "$(tokens "$G")" ]; then
+        echo "sampled tokens: $G processes gave the one-GPU kernel's" | tee "$OUT/sampled-tokens.txt"
+    else
+        echo "sampled tokens: $G processes gave [$(tokens "$G")], one GPU [$(tokens 1)]" | tee "$OUT/sampled-tokens.txt"
+        exit 1
+    fi
+    ;;
 *)
-    echo "phase must be correct, speed, fp8 or ordinary, not $PHASE" >&2
+    echo "phase must be correct, speed, fp8, ordinary or preflight, not $PHASE" >&2
     exit 2
     ;;
 esac

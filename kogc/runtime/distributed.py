@@ -57,6 +57,13 @@ def relaunch(gpus: int, argv: list[str]) -> int:
     return 0
 
 
+# A rank's kernel waits on its peers, whose launches its host does not order: a peer's host may be seconds late (its
+# first launch compiling the kernel, another kernel compiling, eager references), and every wait behind a remote
+# one waits that long too. One GPU's watchdog (4M spins, a few seconds) gave up on such skews with two processes
+# on one GPU (kogc check --config tiny --gpus 2, H100, 2026-12-06); this one gives a peer about a minute.
+RANK_WATCHDOG_SPINS = 64_000_000
+
+
 def compile_rank(module, graph, target, tile_config, num_programs, num_warps, max_registers, gpus: int,
                  profile: bool | str = False, weights: str = "model", prequantized=None):
     import torch.distributed as dist
@@ -90,7 +97,7 @@ def compile_rank(module, graph, target, tile_config, num_programs, num_warps, ma
 
     k = CompiledKernel(schedules[rank].graph, schedules[rank], weights_of(module, graph, prequantized), device, False,
                        num_warps=num_warps or tgt.num_warps, max_registers=max_registers or tgt.max_registers,
-                       peer_visible=peer_visible, profile=profile)
+                       peer_visible=peer_visible, profile=profile, watchdog_spins=RANK_WATCHDOG_SPINS)
     group = dist.group.WORLD.group_name
     f32, cnt = (symm_mem.rendezvous(t, group) for t in shared)   # F32, then CNT: allocate's order
     ptrs = []
