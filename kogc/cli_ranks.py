@@ -114,8 +114,8 @@ def cache_positions(graph) -> int | None:
 
 
 def cmd_predict(args) -> int:
-    from .analysis.ranks import DEFAULT_CONTEXT, predict
     from .analysis.body_tables import bodies_of, body_table_for
+    from .analysis.ranks import DEFAULT_CONTEXT, predict
     from .analysis.stream import StreamParams
     from .frontend import to_ir
     from .frontend.model_file import build_for_tracing

@@ -31,8 +31,6 @@ from ..scheduler.tasks import A_SLOT
 from .body_tables import LANEFORMER_2B
 from .stamps import body_us
 
-
-
 COMBINE_SPLITS = 16     # the splits StreamParams.combine_us was fitted with
 
 
