@@ -5,6 +5,7 @@
 step() {
     local name=$1 limit=$2
     shift 2
+    mkdir -p "$OUT"
     echo "$name (limit ${limit}s): $*" >> "$OUT/commands.txt"
     local t0=$SECONDS
     timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
