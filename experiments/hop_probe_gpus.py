@@ -12,6 +12,8 @@ result says so instead of hanging. Rank 0 prints one JSON row per size and write
 
     torchrun --standalone --nproc-per-node 2 experiments/hop_probe_gpus.py --out $OUT/hop-gpus.json
     python experiments/hop_probe_gpus.py --compile-only      # no GPU: compile the kernel for sm_90
+    TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES=1 torchrun --standalone --nproc-per-node 2 \
+        experiments/hop_probe_gpus.py --rounds 20        # one GPU: the script's path only (time slices, no speed)
 """
 import argparse
 import json
@@ -57,7 +59,7 @@ def hop_gpus(vec, cnt, peer_vec_addr, peer_cnt_addr, stamps, bad, me, rounds, li
 def run(n: int, rounds: int, rank: int, group: str) -> dict | None:
     import torch.distributed as dist
     import torch.distributed._symmetric_memory as symm_mem
-    dev = f"cuda:{rank}"
+    dev = f"cuda:{torch.cuda.current_device()}"
     vec = symm_mem.empty(n, dtype=torch.float32, device=dev)
     cnt = symm_mem.empty(32, dtype=torch.int32, device=dev)
     hv, hc = symm_mem.rendezvous(vec, group), symm_mem.rendezvous(cnt, group)
@@ -114,8 +116,18 @@ def main():
     if int(os.environ.get("WORLD_SIZE", "1")) != 2:
         raise SystemExit("run with two processes: torchrun --standalone --nproc-per-node 2 " + __file__)
     rank = int(os.environ["RANK"])
-    torch.cuda.set_device(rank)
-    dist.init_process_group("nccl", device_id=torch.device(f"cuda:{rank}"))
+    if torch.cuda.device_count() < 2:
+        # both processes on one GPU (TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES=1, a gloo group: NCCL refuses two
+        # ranks on one GPU) try the script's path; their kernels take turns on the GPU, so the hops it
+        # reports are time slices, not a hop's cost
+        if os.environ.get("TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES") != "1":
+            raise SystemExit("one GPU: two GPUs are wanted, or TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES=1 to try "
+                             "the script's path with both processes on this one")
+        torch.cuda.set_device(0)
+        dist.init_process_group("gloo")
+    else:
+        torch.cuda.set_device(rank)
+        dist.init_process_group("nccl", device_id=torch.device(f"cuda:{rank}"))
     rows = []
     for n in (int(s) for s in a.sizes.split(",")):
         row = run(n, a.rounds, rank, dist.group.WORLD.group_name)

@@ -20,6 +20,24 @@ def test_filtered_launches_run_the_filter_on_the_gpu():
 
 
 @pytest.mark.gpu
+def test_a_warmed_up_kernel_compiles_nothing_at_its_launches():
+    # kogc run and the ranks compile a variant before its first launch (whose time, and a peer rank's waits, would
+    # otherwise span the compile): greedy and filtered launches after warm_up find both variants compiled
+    import torch
+    from conftest import tiny
+
+    import kogc
+    ck = kogc.compile(tiny(seed=6, num_lanes=2, dtype=torch.float16))
+    ck.warm_up()
+    ck.warm_up(filtered=True)
+    compiled = ck.kernel.device_caches[torch.cuda.current_device()][0]
+    n = len(compiled)
+    ck.generate([3, 4], 4)
+    ck.generate([3, 4], 4, temperature=1.0, top_k=3, top_p=0.9, seed=1, on_token=lambda t: None)
+    assert n >= 2 and len(compiled) == n
+
+
+@pytest.mark.gpu
 def test_a_model_already_on_the_gpu_compiles():
     # kogc.compile of a transformers model moved to the GPU first (its RoPE tables probed on the CPU): the kernel's
     # logits after a prompt are transformers' own

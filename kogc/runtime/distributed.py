@@ -106,6 +106,7 @@ def compile_rank(module, graph, target, tile_config, num_programs, num_warps, ma
         ptrs += [f32.buffer_ptrs[q], cnt.buffer_ptrs[q]]
     k.buffers.PEERS = torch.tensor(ptrs, dtype=torch.int64, device=device)
     k._symmetric = (shared, f32, cnt)      # keep the mappings alive with the kernel
+    k.warm_up()     # every rank compiled before any launches: no rank's first waits span a peer's compile
     torch.cuda.synchronize()
     dist.barrier()
     return DistributedKernel(graph, k, rank, gpus)
@@ -148,6 +149,9 @@ class DistributedKernel:
             seed = box[0]
         k = self.kernel
         k.vocab = self.vocab       # (the prompt, EOS and filters are over the whole vocabulary)
+        if k.needs_filter(temperature, top_k or 0, 1.0 if top_p is None else top_p):
+            k.warm_up(filtered=True)    # the top-k / top-p variant's first use: compiled on every rank first
+            dist.barrier()
         return k.generate(prompt_ids, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
                           eos_token_id=eos_token_id, on_token=on_token if self.rank == 0 else None,
                           on_prefill=on_prefill if self.rank == 0 else None)

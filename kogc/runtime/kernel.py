@@ -146,6 +146,17 @@ class CompiledKernel:
                 float(temperature), int(top_k), float(top_p), int(host_poll), int(step0),
                 FILTER=int(self.needs_filter(temperature, top_k, top_p)), **self._launch_options)
 
+    def warm_up(self, filtered: bool = False) -> None:
+        """Compile the variant with (`filtered`) or without the top-k / top-p code now, without launching it
+        (Triton compiles a variant at its first launch, which would then wait for it). Ranks compile before
+        they start their peers' waits (kogc.runtime.distributed); `kogc run` before its clock starts. Nothing
+        to do under the interpreter."""
+        if self.interpret:
+            return
+        stops = [-1] * MAX_STOP    # the scalars' values do not matter: none is specialised on (the template)
+        self.kernel.warmup(*self.buffers.kernel_args(), 0, 0, 1, self.watchdog_spins, 1, *stops, 0, 1.0, 0, 1.0, 0, 0,
+                           grid=self._grid, FILTER=int(filtered), **self._launch_options)
+
     def needs_filter(self, temperature: float, top_k: int, top_p: float) -> bool:
         """Whether a launch samples with top-k or top-p (the kernel with that code, compiled on first use:
         greedy and plain-temperature launches run one without it); the kernel's own test is _filters."""
