@@ -17,8 +17,9 @@
 #                                                  # sharing it through the same cross-process path (the
 #                                                  # launcher, symmetric memory; PyTorch's opt-in for ranks on
 #                                                  # one device, a gloo group): tiny checked fp16 and FP8, an
-#                                                  # ordinary decoder's tiny, and sampled tokens against one GPU
-#                                                  # (the processes' kernels take turns: no speed; about 3 minutes)
+#                                                  # ordinary decoder's tiny, the bench's path, and sampled tokens
+#                                                  # against one GPU (the processes' kernels take turns: no speed;
+#                                                  # about 4 minutes at G = 2)
 #
 # Each command runs under its own time limit (a step that runs over leaves the others their time) and writes
 # NAME.log (with its exit code) and NAME.json under OUT; OUT/commands.txt lists what ran. On the CPU
@@ -61,14 +62,20 @@ ordinary)
     ;;
 preflight)
     export TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES=1
+    L=$(( G > 2 ? G : 2 ))  # the Laneformer tiny's lanes: at least one a rank
     for w in model fp8; do
-        step check-tiny-$w-g$G-shared 120 python3 -m kogc check --config tiny --gpus "$G" --weights $w --steps 8 \
-            --generate 8 --json "$OUT/check-tiny-$w-g$G-shared.json"
+        step check-tiny-$w-g$G-shared 180 python3 -m kogc check --config tiny --lanes $L --gpus "$G" --weights $w \
+            --steps 8 --generate 8 --json "$OUT/check-tiny-$w-g$G-shared.json"
     done
-    step check-llama-tiny-g$G-shared 120 python3 -m kogc check examples/llama.py --config tiny --gpus "$G" --steps 8 \
-        --generate 8 --json "$OUT/check-llama-tiny-g$G-shared.json"
+    if [ "$G" -le 2 ]; then  # the Llama tiny's 2 KV heads split over 2 ranks at most
+        step check-llama-tiny-g$G-shared 180 python3 -m kogc check examples/llama.py --config tiny --gpus "$G" \
+            --steps 8 --generate 8 --json "$OUT/check-llama-tiny-g$G-shared.json"
+    fi
+    # the bench's path across processes (its times are of processes taking turns on one GPU, not a speed)
+    step bench-tiny-g$G-shared 150 python3 -m kogc bench --config tiny --lanes $L --gpus "$G" --context 64 --steps 10 \
+        --reps 2 --json "$OUT/bench-tiny-g$G-shared.json"
     for g in 1 "$G"; do     # temperature, top-k and top-p: every rank gathers the whole logits on the device
-        step run-tiny-sampled-g$g 80 python3 -m kogc run --config tiny --gpus "$g" --prompt-ids 1,2 \
+        step run-tiny-sampled-g$g 120 python3 -m kogc run --config tiny --lanes $L --gpus "$g" --prompt-ids 1,2 \
             --max-new-tokens 32 --temperature 1.0 --top-k 5 --top-p 0.8 --seed 7
     done
     tokens() { grep -B1 -E "^[0-9]+ tokens" "$OUT/run-tiny-sampled-g$1.log" | head -1; }
