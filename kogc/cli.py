@@ -7,7 +7,7 @@ import sys
 import tempfile
 import time
 
-from .cli_common import fail, needs_gpu, parse_floats, parse_ints, parse_tile_config, save_json
+from .cli_common import OUTPUT_FILES, fail, needs_gpu, parse_floats, parse_ints, parse_tile_config, save_json
 from .cli_model import (TextStream, compensated_head, model_args, model_overrides, non_negative, positive, positive_int,
                         resolve_model)
 from .errors import KogcError
@@ -506,7 +506,6 @@ def cmd_run(args) -> int:
     return 0
 
 
-OUTPUT_FILES = ("json", "task_times", "png", "trace", "graph")    # options naming a file a command writes (and --out)
 
 
 def _check_outputs(args) -> None:

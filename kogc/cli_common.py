@@ -8,6 +8,8 @@ import time
 
 from .errors import KogcError
 
+OUTPUT_FILES = ("json", "task_times", "png", "trace", "graph")    # options naming a file a command writes (and --out)
+
 
 def fail(msg: str) -> int:
     print(f"kogc: error: {msg}", file=sys.stderr)

@@ -6,7 +6,7 @@ import os
 import sys
 import time
 
-from .cli_common import fail, parse_ints, parse_tile_config, print_progress, save_json
+from .cli_common import OUTPUT_FILES, fail, parse_ints, parse_tile_config, print_progress, save_json
 from .ir.graph import Op
 
 
@@ -55,8 +55,11 @@ def start_ranks(args):
     return 0; None where this process runs the command itself (a rank, one GPU, the interpreter)."""
     from .runtime import distributed
     if distributed.launched():
-        if distributed.rank() != 0:      # one rank prints
-            sys.stdout = open(os.devnull, "w")
+        if distributed.rank() != 0:      # one rank prints and writes the command's files (the ranks' results
+            sys.stdout = open(os.devnull, "w")   # are the same; G writers of one file could interleave)
+            for name in OUTPUT_FILES:
+                if getattr(args, name, None) is not None:
+                    setattr(args, name, None)
         return None
     if args.one_gpu or getattr(args, "mirror", False) or getattr(args, "interpret", False):
         return None

@@ -168,6 +168,26 @@ def test_cli_compile_writes_one_kernel_per_rank(tmp_path, capsys):
     assert "does not divide" in capsys.readouterr().err
 
 
+def test_only_rank_0_prints_and_writes_a_commands_files(monkeypatch):
+    """Under torchrun every rank runs the command; the others print nothing and write no --json (G writers of
+    one file could interleave)."""
+    import argparse
+    import sys
+
+    from kogc.cli_ranks import start_ranks
+    for rank, kept in ((0, "out.json"), (1, None)):
+        monkeypatch.setenv("LOCAL_RANK", str(rank))
+        monkeypatch.setenv("RANK", str(rank))
+        monkeypatch.setenv("WORLD_SIZE", "2")
+        monkeypatch.setattr(sys, "stdout", sys.stdout)      # restored after the test
+        args = argparse.Namespace(json="out.json", task_times=None, gpus=2)
+        assert start_ranks(args) is None            # this process runs the command itself
+        assert args.json == kept
+        assert (getattr(sys.stdout, "name", None) == os.devnull) == (rank != 0)
+        if rank:
+            sys.stdout.close()
+
+
 def test_a_send_fences_once_for_all_its_peers(tmp_path):
     """A rank of 4 compiled for sm_90: every send raises its first peer's counter with a system-scope release
     and the other two with relaxed adds (the first's fence orders the stores before each: one system-scope
