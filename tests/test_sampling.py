@@ -7,7 +7,7 @@ import pytest
 import torch
 from conftest import compiled_tiny
 
-from kogc.codegen.sampler import sample_tokens
+from kogc.codegen.sampler import filter_threshold, sample_tokens
 
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="CPU interpreter path")
 
@@ -53,6 +53,24 @@ def test_empirical_distribution_matches(kwargs, draws):
     tokens = sample_tokens(LOGITS, draws, seed=12345, **kwargs)
     ok, stat, crit = chi_square_ok(tokens, intended(LOGITS, **kwargs))
     assert ok, f"chi-square {stat:.1f} > {crit:.1f} for {kwargs}"
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_filter_thresholds_are_the_exact_ones(seed):
+    """The searches over the logits' float order (three thresholds a pass) find top-k's k-th largest logit
+    exactly (ties kept), and top-p's threshold meets its definition: the logits at or above it reach top_p of
+    the mass (of what top-k kept), those above it do not. Logits of both signs, with ties, over several blocks."""
+    g = torch.Generator().manual_seed(seed)
+    x = (torch.randn(3000, generator=g) * 3).half().float()       # fp16 values: ties
+    for k in (1, 37, 2999):
+        assert filter_threshold(x, 1.0, k) == float(torch.topk(x, k).values[-1])
+    for t, k, p in ((1.0, 0, 0.9), (0.7, 0, 0.5), (1.3, 200, 0.8)):
+        thr = filter_threshold(x, t, k, p)
+        kept = x >= (torch.topk(x, k).values[-1] if k else x.min())
+        w = torch.where(kept, torch.exp((x.double() - x.max()) / t), 0.0)
+        need = p * w.sum()
+        assert thr in x.tolist()
+        assert w[x >= thr].sum() >= need * (1 - 1e-5) and w[x > thr].sum() < need * (1 + 1e-5), (t, k, p)
 
 
 def test_greedy_ties_go_to_the_lowest_id():
