@@ -506,8 +506,6 @@ def cmd_run(args) -> int:
     return 0
 
 
-
-
 def _check_outputs(args) -> None:
     """Every file a command will write can be: its folder exists and is writable, and it is not a folder
     itself; --out, a folder, can be made or written in. Checked before the work, so that a long GPU run does not end
