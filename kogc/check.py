@@ -32,7 +32,8 @@ MODEL_BUFFERS = ("W", "EMB", "KV", "ACT", "F32", "SMALL")   # what the model its
 
 def _progress(msg: str, quiet: bool) -> None:
     if not quiet:
-        print(f"[check] {msg}", file=sys.stderr, flush=True)
+        from .runtime.distributed import rank_tag
+        print(f"[check{rank_tag()}] {msg}", file=sys.stderr, flush=True)
 
 
 class _Phases:

@@ -446,16 +446,18 @@ def cmd_run(args) -> int:
         return fail("--profile records GPU timers of one kernel: not with --interpret or --gpus")
     if args.gpus != 1 and _ranks_started(args):
         return 0
+    from .runtime.distributed import rank_tag
+    run = f"[run{rank_tag()}]"      # each rank of several tells its own progress
     t0 = time.perf_counter()
     overrides = model_overrides(args)
     model = build_model(args.model_file, preset=None if args.checkpoint else args.config, checkpoint=args.checkpoint,
                         **overrides)
-    print(f"[run] built {args.checkpoint or args.config or args.model_file} ({time.perf_counter() - t0:.1f}s); compiling",
-          file=sys.stderr)
+    print(f"{run} built {args.checkpoint or args.config or args.model_file} ({time.perf_counter() - t0:.1f}s); "
+          "compiling", file=sys.stderr)
     weights = args.weights
     if args.compensate_head:
         weights = compensated_head(args, model, text.tok if text is not None else None)
-        print(f"[run] LM head compensated over calibration text ({time.perf_counter() - t0:.1f}s)", file=sys.stderr)
+        print(f"{run} LM head compensated over calibration text ({time.perf_counter() - t0:.1f}s)", file=sys.stderr)
     ck = kogc_compile(model, interpret=args.interpret, tile_config=parse_tile_config(args.tile_config), gpus=args.gpus,
                       one_gpu=args.one_gpu, profile=bool(args.profile), weights=weights)
     ck.check_generate(prompt, args.max_new_tokens, args.temperature, args.top_k, args.top_p, args.seed, args.eos_id)
@@ -465,7 +467,7 @@ def cmd_run(args) -> int:
         ck.generate(prompt[:2], 1, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
                     on_token=lambda t: None)
         torch.cuda.synchronize()
-    print(f"[run] compiled in {time.perf_counter() - t0:.1f}s; generating", file=sys.stderr)
+    print(f"{run} compiled in {time.perf_counter() - t0:.1f}s; generating", file=sys.stderr)
     arrivals = []
     start = time.perf_counter()
 
@@ -478,7 +480,7 @@ def cmd_run(args) -> int:
 
     def on_prefill(done, total):     # under the interpreter a launch takes seconds: say where it is
         step = (time.perf_counter() - start) / done
-        print(f"[run] prefill {done}/{total} ({step:.1f} s a launch under the interpreter)", file=sys.stderr,
+        print(f"{run} prefill {done}/{total} ({step:.1f} s a launch under the interpreter)", file=sys.stderr,
               flush=True)
 
     tokens = ck.generate(prompt, args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
@@ -494,7 +496,7 @@ def cmd_run(args) -> int:
         from .analysis.stamps import save_stamps
         path = save_stamps(ck, args.profile, model_file=args.model_file, preset=args.config,
                            checkpoint=args.checkpoint, overrides=overrides)
-        print(f"[run] wrote the last step's task stamps to {path} (kogc inspect --profile, kogc analyze)",
+        print(f"{run} wrote the last step's task stamps to {path} (kogc inspect --profile, kogc analyze)",
               file=sys.stderr)
     if args.interpret:
         print(f"{len(tokens)} tokens{stop} in {end - start:.1f} s with the prefill: {len(tokens) / (end - start):.2f} "

@@ -188,6 +188,17 @@ def test_only_rank_0_prints_and_writes_a_commands_files(monkeypatch):
             sys.stdout.close()
 
 
+def test_each_ranks_progress_lines_name_the_rank(monkeypatch, capsys):
+    from kogc.bench import progress
+    progress("compiling", quiet=False)
+    assert "[bench " in capsys.readouterr().err
+    monkeypatch.setenv("LOCAL_RANK", "3")
+    monkeypatch.setenv("RANK", "3")
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    progress("compiling", quiet=False)
+    assert "[bench rank 3 " in capsys.readouterr().err
+
+
 def test_a_send_fences_once_for_all_its_peers(tmp_path):
     """A rank of 4 compiled for sm_90: every send raises its first peer's counter with a system-scope release
     and the other two with relaxed adds (the first's fence orders the stores before each: one system-scope

@@ -39,7 +39,8 @@ def progress(msg: str, quiet: bool) -> None:
     if not quiet:
         if not _STARTED:
             _STARTED.append(time.perf_counter())
-        print(f"[bench {time.perf_counter() - _STARTED[0]:.0f}s] {msg}", file=sys.stderr, flush=True)
+        from ..runtime.distributed import rank_tag
+        print(f"[bench{rank_tag()} {time.perf_counter() - _STARTED[0]:.0f}s] {msg}", file=sys.stderr, flush=True)
 
 
 @schedules_reused()     # the profiled kernel's schedule is the timed kernel's

@@ -27,6 +27,11 @@ def rank() -> int:
     return int(os.environ.get("RANK", "0"))
 
 
+def rank_tag() -> str:
+    """' rank R' in a process of several started by torchrun (each prints its own progress lines), else ''."""
+    return f" rank {rank()}" if launched() else ""
+
+
 def overlapping() -> bool:
     """Several ranks may share a GPU (a test of the cross-process path on one GPU): PyTorch's own opt-in
     for symmetric memory, TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES=1. The kernels of several processes
