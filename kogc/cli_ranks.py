@@ -58,7 +58,7 @@ def start_ranks(args):
         if distributed.rank() != 0:      # one rank prints and writes the command's files (the ranks' results
             sys.stdout = open(os.devnull, "w")   # are the same; G writers of one file could interleave)
             for name in OUTPUT_FILES:
-                if getattr(args, name, None) is not None:
+                if hasattr(args, name):
                     setattr(args, name, None)
         return None
     if args.one_gpu or getattr(args, "mirror", False) or getattr(args, "interpret", False):

@@ -148,9 +148,8 @@ class CompiledKernel:
 
     def warm_up(self, filtered: bool = False) -> None:
         """Compile the variant with (`filtered`) or without the top-k / top-p code now, without launching it
-        (Triton compiles a variant at its first launch, which would then wait for it). Ranks compile before
-        they start their peers' waits (kogc.runtime.distributed); `kogc run` before its clock starts. Nothing
-        to do under the interpreter."""
+        (Triton compiles a variant at its first launch, which would then wait for it): ranks compile before
+        they start their peers' waits (kogc.runtime.distributed). Nothing to do under the interpreter."""
         if self.interpret:
             return
         stops = [-1] * MAX_STOP    # the scalars' values do not matter: none is specialised on (the template)
