@@ -2,11 +2,12 @@
 
 The monokernel's sampling task finds, in one program of 4 warps, the smallest logit that top-k and top-p keep
 (kogc/codegen/templates/sampling.j2, `_filter_threshold`), then draws by Gumbel-max over what is kept. Here
-that search runs alone on one vector of logits of laneformer-2b's vocabulary (fp16, in blocks of 2,048 as
-the kernel reads them), beside the bisection it replaced (one threshold a pass, a reduction across warps
-every block; kept in this file), for a few settings. Each form's threshold is checked equal to the other's
-and to torch's exact one (top-k); the time is the median of R launches (CUDA events), less an empty
-launch's.
+that search runs alone on one vector of laneformer-2b's vocabulary of logits (fp16 as one GPU's kernel
+stores them, fp32 as a rank's), with several bucket counts and blocks, beside the bisection it replaced
+(one threshold a pass over 32-bit keys, a reduction across warps every block; kept in this file); `draw` is
+the whole filtered draw. The thresholds of every form are checked equal to each other and to torch's
+exact one (top-k); the time is the median of R launches (CUDA events), less an empty launch's, each
+launched as the monokernel is (4 warps, at most 168 registers).
 
     PYTHONPATH=. python experiments/sampling_tail.py --out $OUT/sampling-tail.json
 """
@@ -22,7 +23,7 @@ from kogc.codegen.loader import load_kernel
 from kogc.codegen.render import _ENV
 
 VOCAB = 128256          # laneformer-2b's
-BLOCK = 2048            # the sampling task's block (kogc.scheduler.tile: argmax)
+BLOCK = 2048            # the bisection's block (the argmax task's: kogc.scheduler.tile)
 SETTINGS = [dict(temperature=0.8, top_k=50, top_p=1.0), dict(temperature=0.8, top_k=0, top_p=0.9),
             dict(temperature=0.8, top_k=50, top_p=0.9), dict(temperature=1.0, top_k=1000, top_p=0.95)]
 
@@ -113,29 +114,65 @@ def timed(launch, reps: int) -> float:
     return statistics.median(times)
 
 
+PROBE = """
+
+@triton.jit(do_not_specialize=["V", "temperature", "top_k", "top_p"])
+def probe_threshold(LOGITS, OUT, V, temperature, top_k, top_p, BLOCK: tl.constexpr, NB: tl.constexpr):
+    tl.store(OUT, _filter_threshold(LOGITS, V, temperature, top_k, top_p, BLOCK, NB))
+
+
+@triton.jit(do_not_specialize=["V", "temperature", "top_k", "top_p", "step", "seed"])
+def probe_draw(LOGITS, OUT, V, temperature, top_k, top_p, step, seed, BLOCK: tl.constexpr):
+    tl.store(OUT, _sample_filtered(LOGITS, V, step, seed, temperature, top_k, top_p, BLOCK).to(tl.int64))
+"""
+
+
+def exact_key(logits, top_k):
+    """torch's k-th largest logit as the kernel's order key (16-bit for fp16 logits, 32-bit for fp32)."""
+    kth = torch.topk(logits.float(), top_k).values[-1]
+    if logits.dtype == torch.float16:
+        b = kth.half().view(torch.int16).item()
+        return b if b >= 0 else b ^ 0x7FFF
+    b = kth.view(torch.int32).item()
+    return b if b >= 0 else b ^ 0x7FFFFFFF
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--out", help="write the rows as JSON here")
     a = ap.parse_args()
-    search, _ = load_kernel(_ENV.get_template("sampler.py.j2").render(), False, name="kogc_filter_threshold")
+    src = _ENV.get_template("sampler.py.j2").render() + PROBE
+    threshold, _ = load_kernel(src, False, name="probe_threshold")
+    draw, _ = load_kernel(src, False, name="probe_draw")
     g = torch.Generator().manual_seed(0)
-    logits = (torch.randn(VOCAB, generator=g) * 2.5).half().cuda()
     out = torch.zeros(1, dtype=torch.int64, device="cuda")
+    regs = dict(num_warps=4, maxnreg=168)          # the monokernel's launch (kogc.targets.nvidia_h200)
     base = timed(lambda: empty[(1,)](out), a.reps)
     rows = []
-    for s in SETTINGS:
-        args = (logits, out, VOCAB, s["temperature"], s["top_k"], s["top_p"])
-        row = dict(s)
-        for name, kernel in (("search", search), ("bisection", bisection_threshold)):
-            row[f"{name}_us"] = timed(lambda: kernel[(1,)](*args, BLOCK=BLOCK, num_warps=4), a.reps) - base
-            row[f"{name}_key"] = int(out.item())
-        if s["top_p"] == 1.0:
-            kth = torch.topk(logits.float(), s["top_k"]).values[-1].view(torch.int32).item()
-            row["exact_key"] = kth if kth >= 0 else kth ^ 0x7FFFFFFF
-        row["same_threshold"] = row["search_key"] == row["bisection_key"] == row.get("exact_key", row["search_key"])
-        rows.append(row)
-        print(json.dumps(row), flush=True)
+    for dtype in (torch.float16, torch.float32):
+        logits = (torch.randn(VOCAB, generator=g) * 2.5).to(dtype).cuda()
+        for s in SETTINGS:
+            args = (logits, out, VOCAB, s["temperature"], s["top_k"], s["top_p"])
+            row = dict(s, dtype=str(dtype).split(".")[-1])
+            forms = [(f"buckets{nb}_block{blk}", threshold, dict(BLOCK=blk, NB=nb))
+                     for nb, blk in ((128, 1024), (64, 1024), (32, 1024), (128, 2048), (64, 2048))
+                     if dtype == torch.float16 or blk == 1024]
+            forms += [("bisection", bisection_threshold, dict(BLOCK=BLOCK)),
+                      ("draw_block1024", draw, dict(BLOCK=1024)), ("draw_block2048", draw, dict(BLOCK=2048))]
+            draw_args = (0, 1)          # step, seed
+            keys = set()
+            for name, kernel, const in forms:
+                extra = draw_args if kernel is draw else ()
+                row[f"{name}_us"] = timed(lambda: kernel[(1,)](*args, *extra, **const, **regs), a.reps) - base
+                if name.startswith("buckets"):
+                    keys.add(int(out.item()))
+                    row[f"{name}_key"] = int(out.item())
+            if s["top_p"] == 1.0:
+                keys.add(exact_key(logits, s["top_k"]))
+            row["same_threshold"] = len(keys) == 1
+            rows.append(row)
+            print(json.dumps(row), flush=True)
     if a.out:
         with open(a.out, "w") as f:
             json.dump({"device": torch.cuda.get_device_name(), "vocab": VOCAB, "block": BLOCK,

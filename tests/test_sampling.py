@@ -56,16 +56,20 @@ def test_empirical_distribution_matches(kwargs, draws):
 
 
 @pytest.mark.parametrize("seed", [0, 1])
-def test_filter_thresholds_are_the_exact_ones(seed):
-    """The searches over the logits' float order (three thresholds a pass) find top-k's k-th largest logit
-    exactly (ties kept), and top-p's threshold meets its definition: the logits at or above it reach top_p of
-    the mass (of what top-k kept), those above it do not. Logits of both signs, with ties, over several blocks."""
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+def test_filter_thresholds_are_the_exact_ones(seed, dtype):
+    """The searches over the logits' order (counted in buckets, masses at three keys a pass, then per key)
+    find top-k's k-th largest logit exactly (ties kept), and top-p's threshold meets its definition: the
+    logits at or above it reach top_p of the mass (of what top-k kept), those above it do not. Logits of both
+    signs, with ties, over several blocks, stored as fp16 (one GPU's kernel: 16-bit keys) and fp32 (a
+    rank's: 32-bit keys)."""
     g = torch.Generator().manual_seed(seed)
-    x = (torch.randn(3000, generator=g) * 3).half().float()       # fp16 values: ties
+    stored = (torch.randn(3000, generator=g) * 3).half().to(dtype)      # fp16 values: ties
+    x = stored.float()
     for k in (1, 37, 2999):
-        assert filter_threshold(x, 1.0, k) == float(torch.topk(x, k).values[-1])
+        assert filter_threshold(stored, 1.0, k) == float(torch.topk(x, k).values[-1])
     for t, k, p in ((1.0, 0, 0.9), (0.7, 0, 0.5), (1.3, 200, 0.8)):
-        thr = filter_threshold(x, t, k, p)
+        thr = filter_threshold(stored, t, k, p)
         kept = x >= (torch.topk(x, k).values[-1] if k else x.min())
         w = torch.where(kept, torch.exp((x.double() - x.max()) / t), 0.0)
         need = p * w.sum()

@@ -27,9 +27,12 @@ def sample_tokens(logits: torch.Tensor, n: int, seed: int = 0, temperature: floa
 
 def filter_threshold(logits: torch.Tensor, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
                      interpret: bool | None = None) -> float:
-    """The smallest logit that top-k / top-p sampling keeps, as the kernel finds it (fp32)."""
+    """The smallest logit that top-k / top-p sampling keeps, as the kernel finds it (fp16 or fp32 logits)."""
     out = torch.zeros(1, dtype=torch.int64, device=logits.device)
     _run("kogc_filter_threshold", logits, out, interpret, float(temperature), int(top_k), float(top_p))
     b = int(out.item())          # the order key back to the float (_order_key flips negative magnitudes)
+    if logits.dtype == torch.float16:
+        b = b if b >= 0 else b ^ 0x7FFF
+        return float(torch.tensor([b], dtype=torch.int16).view(torch.float16))
     b = b if b >= 0 else b ^ 0x7FFFFFFF
     return float(torch.tensor([b], dtype=torch.int32).view(torch.float32))
