@@ -2,12 +2,13 @@
 
 The monokernel's sampling task finds, in one program of 4 warps, the smallest logit that top-k and top-p keep
 (kogc/codegen/templates/sampling.j2, `_filter_threshold`), then draws by Gumbel-max over what is kept. Here
-that search runs alone on one vector of laneformer-2b's vocabulary of logits (fp16 as one GPU's kernel
-stores them, fp32 as a rank's), with several bucket counts and blocks, beside the bisection it replaced
-(one threshold a pass over 32-bit keys, a reduction across warps every block; kept in this file); `draw` is
-the whole filtered draw. The thresholds of every form are checked equal to each other and to torch's
-exact one (top-k); the time is the median of R launches (CUDA events), less an empty launch's, each
-launched as the monokernel is (4 warps, at most 168 registers).
+that runs alone on one vector of laneformer-2b's vocabulary of logits, for a few settings and three cases: an
+fp16 model's logits on one GPU and a rank's fp32 copy of them (both counted per 16-bit key in one pass), and
+an fp32 model's (searched over 32-bit keys), beside the bisection of 32-bit keys it replaced (one threshold a
+pass, a reduction across warps every block; kept in this file). `threshold` is the thresholds alone, `draw`
+the whole filtered draw. Top-k's threshold is checked against torch's, and the counts against being left for
+the next draw; the time is the median of R launches (CUDA events), less an empty launch's, each launched as the
+monokernel is (4 warps, at most 168 registers).
 
     PYTHONPATH=. python experiments/sampling_tail.py --out $OUT/sampling-tail.json
 """
@@ -21,9 +22,11 @@ import triton.language as tl
 
 from kogc.codegen.loader import load_kernel
 from kogc.codegen.render import _ENV
+from kogc.scheduler.tasks import HIST_BINS
 
 VOCAB = 128256          # laneformer-2b's
 BLOCK = 2048            # the bisection's block (the argmax task's: kogc.scheduler.tile)
+FILTER_BLOCK = 1024     # the filtered draw's (kogc/codegen/templates/sampling.j2)
 SETTINGS = [dict(temperature=0.8, top_k=50, top_p=1.0), dict(temperature=0.8, top_k=0, top_p=0.9),
             dict(temperature=0.8, top_k=50, top_p=0.9), dict(temperature=1.0, top_k=1000, top_p=0.95)]
 
@@ -117,20 +120,33 @@ def timed(launch, reps: int) -> float:
 PROBE = """
 
 @triton.jit(do_not_specialize=["V", "temperature", "top_k", "top_p"])
-def probe_threshold(LOGITS, OUT, V, temperature, top_k, top_p, BLOCK: tl.constexpr, NB: tl.constexpr):
-    tl.store(OUT, _filter_threshold(LOGITS, V, temperature, top_k, top_p, BLOCK, NB))
+def probe_threshold(LOGITS, OUT, HIST, V, temperature, top_k, top_p, KEY16: tl.constexpr, BLOCK: tl.constexpr):
+    if KEY16:
+        tl.store(OUT, _filter_threshold(LOGITS, V, HIST, temperature, top_k, top_p, tl.float16, BLOCK))
+    else:
+        tl.store(OUT, _filter_threshold(LOGITS, V, HIST, temperature, top_k, top_p, tl.float32, BLOCK))
 
 
 @triton.jit(do_not_specialize=["V", "temperature", "top_k", "top_p", "step", "seed"])
-def probe_draw(LOGITS, OUT, V, temperature, top_k, top_p, step, seed, BLOCK: tl.constexpr):
-    tl.store(OUT, _sample_filtered(LOGITS, V, step, seed, temperature, top_k, top_p, BLOCK).to(tl.int64))
+def probe_draw(LOGITS, OUT, HIST, V, temperature, top_k, top_p, step, seed, KEY16: tl.constexpr,
+               BLOCK: tl.constexpr):
+    if KEY16:
+        tok = _sample_filtered(LOGITS, V, HIST, step, seed, temperature, top_k, top_p, tl.float16, BLOCK)
+    else:
+        tok = _sample_filtered(LOGITS, V, HIST, step, seed, temperature, top_k, top_p, tl.float32, BLOCK)
+    tl.store(OUT, tok.to(tl.int64))
 """
 
+# (how the logits are stored, whether their values are fp16): one GPU's fp16 model, a rank's fp32 copy of an fp16
+# model's logits (both counted per 16-bit key), an fp32 model's (searched over 32-bit keys)
+CASES = [("fp16 model", torch.float16, 1), ("fp16 model, a rank's fp32 copy", torch.float32, 1),
+         ("fp32 model", torch.float32, 0)]
 
-def exact_key(logits, top_k):
-    """torch's k-th largest logit as the kernel's order key (16-bit for fp16 logits, 32-bit for fp32)."""
+
+def exact_key(logits, top_k, key16):
+    """torch's k-th largest logit as the kernel's order key (16-bit or 32-bit)."""
     kth = torch.topk(logits.float(), top_k).values[-1]
-    if logits.dtype == torch.float16:
+    if key16:
         b = kth.half().view(torch.int16).item()
         return b if b >= 0 else b ^ 0x7FFF
     b = kth.view(torch.int32).item()
@@ -147,35 +163,31 @@ def main():
     draw, _ = load_kernel(src, False, name="probe_draw")
     g = torch.Generator().manual_seed(0)
     out = torch.zeros(1, dtype=torch.int64, device="cuda")
+    hist = torch.zeros(HIST_BINS, dtype=torch.int32, device="cuda")
     regs = dict(num_warps=4, maxnreg=168)          # the monokernel's launch (kogc.targets.nvidia_h200)
     base = timed(lambda: empty[(1,)](out), a.reps)
     rows = []
-    for dtype in (torch.float16, torch.float32):
-        logits = (torch.randn(VOCAB, generator=g) * 2.5).to(dtype).cuda()
+    values = torch.randn(VOCAB, generator=g) * 2.5
+    for case, dtype, key16 in CASES:
+        logits = (values.half() if key16 else values).to(dtype).cuda()
         for s in SETTINGS:
-            args = (logits, out, VOCAB, s["temperature"], s["top_k"], s["top_p"])
-            row = dict(s, dtype=str(dtype).split(".")[-1])
-            forms = [(f"buckets{nb}_block{blk}", threshold, dict(BLOCK=blk, NB=nb))
-                     for nb, blk in ((128, 1024), (64, 1024), (32, 1024), (128, 2048), (64, 2048))
-                     if dtype == torch.float16 or blk == 1024]
-            forms += [("bisection", bisection_threshold, dict(BLOCK=BLOCK)),
-                      ("draw_block1024", draw, dict(BLOCK=1024)), ("draw_block2048", draw, dict(BLOCK=2048))]
-            draw_args = (0, 1)          # step, seed
-            keys = set()
-            for name, kernel, const in forms:
-                extra = draw_args if kernel is draw else ()
-                row[f"{name}_us"] = timed(lambda: kernel[(1,)](*args, *extra, **const, **regs), a.reps) - base
-                if name.startswith("buckets"):
-                    keys.add(int(out.item()))
-                    row[f"{name}_key"] = int(out.item())
+            args = (logits, out, hist, VOCAB, s["temperature"], s["top_k"], s["top_p"])
+            row = dict(s, case=case)
+            row["threshold_us"] = timed(lambda: threshold[(1,)](*args, KEY16=key16, BLOCK=FILTER_BLOCK, **regs),
+                                        a.reps) - base
+            row["threshold_key"] = int(out.item())
+            row["draw_us"] = timed(lambda: draw[(1,)](*args, 0, 1, KEY16=key16, BLOCK=FILTER_BLOCK, **regs),
+                                   a.reps) - base
+            row["bisection_us"] = timed(lambda: bisection_threshold[(1,)](*args[:2], *args[3:], BLOCK=BLOCK),
+                                        a.reps) - base
             if s["top_p"] == 1.0:
-                keys.add(exact_key(logits, s["top_k"]))
-            row["same_threshold"] = len(keys) == 1
+                row["exact"] = row["threshold_key"] == exact_key(logits, s["top_k"], key16)
+            row["counts_cleared"] = not bool(hist.any())
             rows.append(row)
             print(json.dumps(row), flush=True)
     if a.out:
         with open(a.out, "w") as f:
-            json.dump({"device": torch.cuda.get_device_name(), "vocab": VOCAB, "block": BLOCK,
+            json.dump({"device": torch.cuda.get_device_name(), "vocab": VOCAB, "block": FILTER_BLOCK,
                        "empty_launch_us": base, "rows": rows}, f, indent=1)
 
 

@@ -108,6 +108,30 @@ def test_filters_keep_tokens_in_the_allowed_set(setup, kwargs):
         assert allowed[tok], f"{kwargs}: token {tok} outside {allowed.nonzero().flatten().tolist()}"
 
 
+def test_16_bit_logits_draw_from_the_allowed_set():
+    """An fp16 model's kernel finds its thresholds from counts per 16-bit key (the histogram the argmax task
+    keeps in the f32 arena, cleared after each draw): several filtered steps, each token in the allowed
+    set of the eager model's logits at its position."""
+    import kogc
+    from conftest import tiny
+    from kogc.scheduler.tasks import A_HIST, HIST_BINS
+    model = tiny(seed=4, num_lanes=2, dtype=torch.float16)
+    ck = kogc.compile(model)
+    prompt = [11, 12, 13]
+    hist = next(t.args[A_HIST] for t in ck.schedule.tasks if t.kind == "argmax")
+    assert ck.generate(prompt, 3, temperature=50.0, seed=1, top_k=1) == ck.generate(prompt, 3)   # exact top-1
+    for kwargs in (dict(top_k=4, top_p=0.9), dict(top_p=0.3)):
+        toks = ck.generate(prompt, 3, temperature=1.0, seed=5, **kwargs)
+        model.reset_cache()
+        for pos, t in enumerate(prompt + toks[:-1]):
+            logits, _ = model(torch.tensor(t), torch.tensor(pos))
+            if pos >= len(prompt) - 1:
+                tok = toks[pos - len(prompt) + 1]
+                allowed = intended(logits.float(), 1.0, kwargs.get("top_k", 0), kwargs.get("top_p", 1.0)) > 0
+                assert allowed[tok], f"{kwargs}: token {tok} at {pos + 1} outside {allowed.nonzero().flatten().tolist()}"
+        assert not ck.buffers.F32[hist:hist + HIST_BINS].any(), "counts left for the next draw"
+
+
 def test_only_top_k_and_top_p_launches_need_the_filter_code(setup):
     _, ck = setup
     assert not ck.needs_filter(0.0, 4, 0.3)           # greedy: top-k / top-p do not apply

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import torch
 
+from ..scheduler.tasks import HIST_BINS
 from .loader import interpreter, load_kernel
 from .render import _ENV
 
@@ -13,8 +14,11 @@ def _run(name: str, logits: torch.Tensor, out: torch.Tensor, interpret: bool | N
         interpret = not logits.is_cuda
     kernel, _ = load_kernel(_ENV.get_template("sampler.py.j2").render(), interpret, name=name)
     V = logits.numel()
+    hist = torch.zeros(HIST_BINS, dtype=torch.int32, device=logits.device)    # 16-bit logits' counts per key
     with interpreter(interpret):
-        kernel[(1,)](logits.contiguous(), out, V, *args, BLOCK=min(1024, 1 << max(0, (V - 1).bit_length())))
+        kernel[(1,)](logits.contiguous(), out, hist, V, *args, BLOCK=min(1024, 1 << max(0, (V - 1).bit_length())))
+    if hist.any():
+        raise AssertionError("the sampler left counts in its histogram: the next draw would count them")
 
 
 def sample_tokens(logits: torch.Tensor, n: int, seed: int = 0, temperature: float = 1.0, top_k: int = 0,

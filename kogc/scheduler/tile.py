@@ -16,10 +16,10 @@ from .config import ESIZE, TileConfig, attention_splits, last_split_combines, ti
 from .errors import SchedulerError
 from .fuse import (ALL, ATTN_COMBINE, GATED_KINDS, LAYERNORM, OTHERS, OWN, PLAIN, RESIDUAL, RMSNORM, ROPE_CACHE, ROPE_STORE,
                    STORE_ARGMAX, FusedOp, is_pow2, norm_constant)
-from .tasks import (A_ALIBI, A_ALIBI_AT, A_BIAS, A_CACHE, A_EPS, A_H, A_KEYS, A_NORM_BIAS, A_OUT, A_OWN_COEF, A_RECV,
-                    A_RECV_STRIDE, A_RES_OUT, A_ROPE, A_ROW0, A_SLOT, A_TERM, A_TERM_COEF, A_TERM_SEL, A_TERM_STRIDE,
-                    A_WINDOW, A_X, A_X2, A_XIELU, NARGS, SELECT_CODES, TOKEN_KEYS, Exchange, Region, Task, WeightTile,
-                    next_pow2)
+from .tasks import (A_ALIBI, A_ALIBI_AT, A_BIAS, A_CACHE, A_EPS, A_H, A_HIST, A_KEYS, A_NORM_BIAS, A_OUT, A_OWN_COEF,
+                    A_RECV, A_RECV_STRIDE, A_RES_OUT, A_ROPE, A_ROW0, A_SLOT, A_TERM, A_TERM_COEF, A_TERM_SEL,
+                    A_TERM_STRIDE, A_WINDOW, A_X, A_X2, A_XIELU, HIST_BINS, NARGS, SELECT_CODES, TOKEN_KEYS, Exchange,
+                    Region, Task, WeightTile, next_pow2)
 
 def f32_bits(x: float) -> int:
     """A float as the int32 its bits spell, for the int table (the kernel bitcasts it back)."""
@@ -223,7 +223,10 @@ def tile_rank(graph: Graph, ops: list[FusedOp], cfg: TileConfig) -> tuple[list[T
             # make it wait for every LM head task
             logits = by[p["logits"]].type.shape[0]
             blk = min(2048, next_pow2(logits))
-            args = _args({A_X2: lay.at(p["logits"], -1), A_H: logits, A_KEYS: lay.at(f"{p['logits']}.keys", -1)})
+            hist = f"{op.node}.hist"        # top-k / top-p's counts per key (this task's alone: no region)
+            lay.alloc(hist, "f32", HIST_BINS, 0)
+            args = _args({A_X2: lay.at(p["logits"], -1), A_H: logits, A_KEYS: lay.at(f"{p['logits']}.keys", -1),
+                          A_HIST: lay.at(hist, -1)})
             if not npeer:
                 new(("argmax", blk), op, -1, args, [lay.region(p["logits"], -1, 0, logits)], [Region("out", 0, 1)],
                     cost=TOKEN_KEYS * 8)
