@@ -250,6 +250,15 @@ def test_two_ranks_on_one_gpu_sample_the_one_gpu_kernels_tokens():
     assert any(t != greedy for t in sampled)
 
 
+def test_two_ranks_of_an_fp16_model_sample_the_one_gpu_kernels_tokens():
+    """top-k and top-p over a rank's fp32 copy of an fp16 model's logits count them per 16-bit key, as the one-GPU
+    kernel does over its fp16 logits: the same tokens (interpreter)."""
+    model = tiny(seed=3, vocab_size=250, num_hidden_layers=2, num_lanes=2, dtype=torch.float16)
+    single, ranked = kogc.compile(model), kogc.compile(model, gpus=2, one_gpu=True)
+    kw = dict(temperature=1.0, seed=9, top_k=5, top_p=0.5)
+    assert ranked.generate([5], 3, **kw) == single.generate([5], 3, **kw)
+
+
 def test_the_speed_model_takes_the_bodies_measured_at_a_models_widths():
     """kogc predict's bodies: each Laneformer preset's own table (measured at its hidden size and head_dim), its
     kinds missing from it filled from laneformer-2b's; any other widths laneformer-2b's."""
