@@ -158,7 +158,7 @@ def main():
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--out", help="write the rows as JSON here")
     a = ap.parse_args()
-    src = _ENV.get_template("sampler.py.j2").render() + PROBE
+    src = _ENV.get_template("sampler.py.j2").render(hist_bins=HIST_BINS) + PROBE
     threshold, _ = load_kernel(src, False, name="probe_threshold")
     draw, _ = load_kernel(src, False, name="probe_draw")
     g = torch.Generator().manual_seed(0)

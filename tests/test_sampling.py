@@ -58,15 +58,16 @@ def test_empirical_distribution_matches(kwargs, draws, dtype):
 
 
 @pytest.mark.parametrize("seed", [0, 1])
-@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
 def test_filter_thresholds_are_the_exact_ones(seed, dtype):
     """The searches over the logits' order (counted in buckets, masses at three keys a pass, then per key)
     find top-k's k-th largest logit exactly (ties kept), and top-p's threshold meets its definition: the
     logits at or above it reach top_p of the mass (of what top-k kept), those above it do not. Logits of both
-    signs, with ties, over several blocks, stored as fp16 (one GPU's kernel: 16-bit keys) and fp32 (a
-    rank's: 32-bit keys)."""
+    signs, with ties, over several blocks, stored as fp16 or bf16 (counted per 16-bit key) and fp32
+    (searched over 32-bit keys)."""
     g = torch.Generator().manual_seed(seed)
-    stored = (torch.randn(3000, generator=g) * 3).half().to(dtype)      # fp16 values: ties
+    values = torch.bfloat16 if dtype == torch.bfloat16 else torch.float16        # 16-bit values: ties
+    stored = (torch.randn(3000, generator=g) * 3).to(values).to(dtype)
     x = stored.float()
     for k in (1, 37, 2999):
         assert filter_threshold(stored, 1.0, k) == float(torch.topk(x, k).values[-1])
@@ -117,7 +118,7 @@ def test_16_bit_logits_draw_from_the_allowed_set():
     import kogc
     from conftest import tiny
     from kogc.scheduler.tasks import A_HIST, HIST_BINS
-    model = tiny(seed=4, num_lanes=2, dtype=torch.float16)
+    model = tiny(seed=4, vocab_size=250, num_hidden_layers=2, num_lanes=2, dtype=torch.float16)
     ck = kogc.compile(model)
     prompt = [11, 12, 13]
     hist = next(t.args[A_HIST] for t in ck.schedule.tasks if t.kind == "argmax")
@@ -130,7 +131,7 @@ def test_16_bit_logits_draw_from_the_allowed_set():
             if pos >= len(prompt) - 1:
                 tok = toks[pos - len(prompt) + 1]
                 allowed = intended(logits.float(), 1.0, kwargs.get("top_k", 0), kwargs.get("top_p", 1.0)) > 0
-                assert allowed[tok], f"{kwargs}: token {tok} at {pos + 1} outside {allowed.nonzero().flatten().tolist()}"
+                assert allowed[tok], f"{kwargs}: token {tok} at {pos + 1} outside {allowed.nonzero().tolist()}"
         assert not ck.buffers.F32[hist:hist + HIST_BINS].any(), "counts left for the next draw"
 
 

@@ -44,6 +44,7 @@ def render(schedule: Schedule, kernel_name: str = KERNEL_NAME, interpret: bool =
         scaled=int(schedule.tile_config.weights == "fp8"), esize=schedule.weight_esize,
         # (a prefetch changes no value: left out under the interpreter, which has no inline assembly)
         step_prefetch_elems=0 if interpret else step_prefetch_elements(schedule), token_keys=T.TOKEN_KEYS, max_stop=T.MAX_STOP,
+        hist_bins=T.HIST_BINS,
         attn_prefetch=bool(schedule.target.l2_prefetch_asm) and not interpret,
         # Triton 3.6's interpreter multiplies bf16 matrices wrongly (tl.dot: errors of 1e10): there its
         # operands are widened to fp32 first, which changes no product (bf16 x bf16 is exact in fp32)

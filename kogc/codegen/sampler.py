@@ -12,7 +12,7 @@ def _run(name: str, logits: torch.Tensor, out: torch.Tensor, interpret: bool | N
     """One program of the sampler source's kernel `name` over `logits` (blocks of up to 1,024)."""
     if interpret is None:
         interpret = not logits.is_cuda
-    kernel, _ = load_kernel(_ENV.get_template("sampler.py.j2").render(), interpret, name=name)
+    kernel, _ = load_kernel(_ENV.get_template("sampler.py.j2").render(hist_bins=HIST_BINS), interpret, name=name)
     V = logits.numel()
     hist = torch.zeros(HIST_BINS, dtype=torch.int32, device=logits.device)    # 16-bit logits' counts per key
     with interpreter(interpret):
@@ -35,8 +35,8 @@ def filter_threshold(logits: torch.Tensor, temperature: float = 1.0, top_k: int 
     out = torch.zeros(1, dtype=torch.int64, device=logits.device)
     _run("kogc_filter_threshold", logits, out, interpret, float(temperature), int(top_k), float(top_p))
     b = int(out.item())          # the order key back to the float (_order_key flips negative magnitudes)
-    if logits.dtype == torch.float16:
+    if logits.dtype in (torch.float16, torch.bfloat16):       # 16-bit keys
         b = b if b >= 0 else b ^ 0x7FFF
-        return float(torch.tensor([b], dtype=torch.int16).view(torch.float16))
+        return float(torch.tensor([b], dtype=torch.int16).view(logits.dtype))
     b = b if b >= 0 else b ^ 0x7FFFFFFF
     return float(torch.tensor([b], dtype=torch.int32).view(torch.float32))
