@@ -18,7 +18,7 @@ def _run(name: str, logits: torch.Tensor, out: torch.Tensor, interpret: bool | N
     with interpreter(interpret):
         kernel[(1,)](logits.contiguous(), out, hist, V, *args, BLOCK=min(1024, 1 << max(0, (V - 1).bit_length())))
     if hist.any():
-        raise AssertionError("the sampler left counts in its histogram: the next draw would count them")
+        raise RuntimeError("the sampler left counts in its histogram: the next draw would count them")
 
 
 def sample_tokens(logits: torch.Tensor, n: int, seed: int = 0, temperature: float = 1.0, top_k: int = 0,
