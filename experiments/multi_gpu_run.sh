@@ -17,9 +17,9 @@
 #                                                  # sharing it through the same cross-process path (the
 #                                                  # launcher, symmetric memory; PyTorch's opt-in for ranks on
 #                                                  # one device, a gloo group): tiny checked fp16 and FP8, an
-#                                                  # ordinary decoder's tiny, the bench's path, and sampled tokens
-#                                                  # against one GPU (the processes' kernels take turns: no speed;
-#                                                  # about 4 minutes at G = 2)
+#                                                  # ordinary decoder's tiny, the bench's path, and laneformer-0.5b's
+#                                                  # sampled tokens against one GPU (the processes' kernels take
+#                                                  # turns: no speed; about 7 minutes at G = 2)
 #
 # Each command runs under its own time limit (a step that runs over leaves the others their time) and writes
 # NAME.log (with its exit code) and NAME.json under OUT; OUT/commands.txt lists what ran. On the CPU
@@ -74,11 +74,13 @@ preflight)
     # the bench's path across processes (its times are of processes taking turns on one GPU, not a speed)
     step bench-tiny-g$G-shared 150 python3 -m kogc bench --config tiny --lanes $L --gpus "$G" --context 64 --steps 10 \
         --reps 2 --json "$OUT/bench-tiny-g$G-shared.json"
-    for g in 1 "$G"; do     # temperature, top-k and top-p: every rank gathers the whole logits on the device
-        step run-tiny-sampled-g$g 120 python3 -m kogc run --config tiny --lanes $L --gpus "$g" --prompt-ids 1,2 \
-            --max-new-tokens 32 --temperature 1.0 --top-k 5 --top-p 0.8 --seed 7
+    # temperature, top-k and top-p: every rank gathers the whole logits on the device and counts them per 16-bit key
+    # (an fp16 model; the tiny's fp32 logits, searched instead, are the GPU tests' two ranks side by side)
+    for g in 1 "$G"; do
+        step run-05b-sampled-g$g 200 python3 -m kogc run --config laneformer-0.5b --gpus "$g" --prompt-ids 1,2 \
+            --max-new-tokens 32 --temperature 1.0 --top-k 50 --top-p 0.9 --seed 7
     done
-    tokens() { grep -B1 -E "^[0-9]+ tokens" "$OUT/run-tiny-sampled-g$1.log" | head -1; }
+    tokens() { grep -B1 -E "^[0-9]+ tokens" "$OUT/run-05b-sampled-g$1.log" | head -1; }
     if [ -n "$(tokens 1)" ] && [ "$(tokens 1)" = "$(tokens "$G")" ]; then
         echo "sampled tokens: $G processes gave the one-GPU kernel's" | tee "$OUT/sampled-tokens.txt"
     else
