@@ -117,11 +117,14 @@ def test_16_bit_logits_draw_from_the_allowed_set():
     set of the eager model's logits at its position."""
     import kogc
     from conftest import tiny
-    from kogc.scheduler.tasks import A_HIST, HIST_BINS
+    from kogc.scheduler.tasks import A_COUNTS, A_HIST, HIST_WORDS
     model = tiny(seed=4, vocab_size=250, num_hidden_layers=2, num_lanes=2, dtype=torch.float16)
     ck = kogc.compile(model)
     prompt = [11, 12, 13]
     hist = next(t.args[A_HIST] for t in ck.schedule.tasks if t.kind == "argmax")
+    # the LM head's tasks count into it as they store their logits (the kernel renders their counting)
+    assert {t.args[A_COUNTS] for t in ck.schedule.tasks if t.kind == "matvec" and t.variant[4] == "store_argmax"} == {hist}
+    assert "_count_keys(" in ck.source
     assert ck.generate(prompt, 2, temperature=50.0, seed=1, top_k=1) == ck.generate(prompt, 2)   # exact top-1
     for kwargs in (dict(top_k=4, top_p=0.9), dict(top_p=0.3)):
         toks = ck.generate(prompt, 2, temperature=1.0, seed=5, **kwargs)
@@ -132,7 +135,12 @@ def test_16_bit_logits_draw_from_the_allowed_set():
                 tok = toks[pos - len(prompt) + 1]
                 allowed = intended(logits.float(), 1.0, kwargs.get("top_k", 0), kwargs.get("top_p", 1.0)) > 0
                 assert allowed[tok], f"{kwargs}: token {tok} at {pos + 1} outside {allowed.nonzero().tolist()}"
-        assert not ck.buffers.F32[hist:hist + HIST_BINS].any(), "counts left for the next draw"
+        assert not ck.buffers.F32[hist:hist + HIST_WORDS].any(), "counts or key ranges left for the next draw"
+    # two programs: the LM head's tasks come in runs (_matvec_run), which count the same
+    runs = kogc.compile(model, num_programs=2)
+    assert any(v[4] == "store_argmax" for v in runs.schedule.run_variants)
+    kw = dict(temperature=1.0, seed=5, top_k=4, top_p=0.9)
+    assert runs.generate(prompt, 2, **kw) == ck.generate(prompt, 2, **kw)
 
 
 def test_only_top_k_and_top_p_launches_need_the_filter_code(setup):

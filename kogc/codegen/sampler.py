@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from ..scheduler.tasks import HIST_BINS
+from ..scheduler.tasks import HIST_BINS, HIST_WORDS, TOKEN_KEYS
 from .loader import interpreter, load_kernel
 from .render import _ENV
 
@@ -12,9 +12,9 @@ def _run(name: str, logits: torch.Tensor, out: torch.Tensor, interpret: bool | N
     """One program of the sampler source's kernel `name` over `logits` (blocks of up to 1,024)."""
     if interpret is None:
         interpret = not logits.is_cuda
-    kernel, _ = load_kernel(_ENV.get_template("sampler.py.j2").render(hist_bins=HIST_BINS), interpret, name=name)
+    kernel, _ = load_kernel(_ENV.get_template("sampler.py.j2").render(hist_bins=HIST_BINS, token_keys=TOKEN_KEYS), interpret, name=name)
     V = logits.numel()
-    hist = torch.zeros(HIST_BINS, dtype=torch.int32, device=logits.device)    # 16-bit logits' counts per key
+    hist = torch.zeros(HIST_WORDS, dtype=torch.int32, device=logits.device)    # 16-bit logits' counts per key
     with interpreter(interpret):
         kernel[(1,)](logits.contiguous(), out, hist, V, *args, BLOCK=min(1024, 1 << max(0, (V - 1).bit_length())))
     if hist.any():

@@ -34,12 +34,16 @@ A_RECV = A_CACHE         # a receive buffer in the f32 arena: [2 step parities][
 A_RECV_STRIDE = A_SLOT   # a residual term's n (one peer's partial) in that buffer
 A_RECV_EVENT = A_RES_OUT  # a sender's event id in its peers' counters (the same on every rank)
 A_HIST = A_OUT     # the argmax: where top-k / top-p over 16-bit logits count each key's logits (f32 arena, int32
-                   # each; HIST_BINS of them, zero between draws)
+                   # each; HIST_WORDS of them, zero between draws)
+A_COUNTS = A_RES_OUT   # the LM head (store_argmax): the same counts, which its tasks make as they store their logits
+                       # where the kernel that filters counts there (one GPU, 16-bit logits)
 TOKEN_KEYS = 128    # the LM head's tasks fold their (max, row) into key (task % this), int64 each in the
                     # f32 arena; one word for all 16k tasks made each one's publish queue behind the others'
                     # atomics at one L2 address (+17 us per step). Not regions: unordered by design, and the
                     # next step's folds come after the argmax clears them through the token they wait for
 HIST_BINS = 1 << 16     # one count per 16-bit order key (kogc/codegen/templates/sampling.j2)
+HIST_WORDS = HIST_BINS + 2 * TOKEN_KEYS    # the counts, then the LM head's tasks' largest and smallest keys, each
+                                           # folded into word (task % TOKEN_KEYS) like the token keys
 MAX_STOP = 4        # token ids one generation can stop at (the kernel's scalar arguments stop0..; Llama 3.1's
                     # instruct models name 3)
 SELECT_CODES = {None: 0, "own": 1, "others": 2, "all": 3}

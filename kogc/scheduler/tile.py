@@ -16,9 +16,9 @@ from .config import ESIZE, TileConfig, attention_splits, last_split_combines, ti
 from .errors import SchedulerError
 from .fuse import (ALL, ATTN_COMBINE, GATED_KINDS, LAYERNORM, OTHERS, OWN, PLAIN, RESIDUAL, RMSNORM, ROPE_CACHE, ROPE_STORE,
                    STORE_ARGMAX, FusedOp, is_pow2, norm_constant)
-from .tasks import (A_ALIBI, A_ALIBI_AT, A_BIAS, A_CACHE, A_EPS, A_H, A_HIST, A_KEYS, A_NORM_BIAS, A_OUT, A_OWN_COEF,
+from .tasks import (A_ALIBI, A_ALIBI_AT, A_BIAS, A_CACHE, A_COUNTS, A_EPS, A_H, A_HIST, A_KEYS, A_NORM_BIAS, A_OUT, A_OWN_COEF,
                     A_RECV, A_RECV_STRIDE, A_RES_OUT, A_ROPE, A_ROW0, A_SLOT, A_TERM, A_TERM_COEF, A_TERM_SEL,
-                    A_TERM_STRIDE, A_WINDOW, A_X, A_X2, A_XIELU, HIST_BINS, NARGS, SELECT_CODES, TOKEN_KEYS, Exchange,
+                    A_TERM_STRIDE, A_WINDOW, A_X, A_X2, A_XIELU, HIST_WORDS, NARGS, SELECT_CODES, TOKEN_KEYS, Exchange,
                     Region, Task, WeightTile, next_pow2)
 
 def f32_bits(x: float) -> int:
@@ -223,10 +223,8 @@ def tile_rank(graph: Graph, ops: list[FusedOp], cfg: TileConfig) -> tuple[list[T
             # make it wait for every LM head task
             logits = by[p["logits"]].type.shape[0]
             blk = min(2048, next_pow2(logits))
-            hist = f"{op.node}.hist"        # top-k / top-p's counts per key (this task's alone: no region)
-            lay.alloc(hist, "f32", HIST_BINS, 0)
             args = _args({A_X2: lay.at(p["logits"], -1), A_H: logits, A_KEYS: lay.at(f"{p['logits']}.keys", -1),
-                          A_HIST: lay.at(hist, -1)})
+                          A_HIST: lay.at(f"{p['logits']}.hist", -1)})
             if not npeer:
                 new(("argmax", blk), op, -1, args, [lay.region(p["logits"], -1, 0, logits)], [Region("out", 0, 1)],
                     cost=TOKEN_KEYS * 8)
@@ -286,6 +284,9 @@ def _tile_matvec(op, by, lay, val, new, cfg, es, lanes_of, sent=(), recv_slot=No
         val(p["res_out"])
     if epi == STORE_ARGMAX:
         lay.alloc(f"{op.node}.keys", "f32", 2 * TOKEN_KEYS, 0)     # int64 each
+        # top-k / top-p's counts per 16-bit key, made by these tasks or by the argmax task, which clears them. Not
+        # regions, as the keys are not: the argmax waits for every task here, the next step's come after its token
+        lay.alloc(f"{op.node}.hist", "f32", HIST_WORDS, 0)
     L = max(op.lanes, 1)
     hd = p.get("head_dim", 0)
     combine = by[p["x"]] if pro == ATTN_COMBINE else None
@@ -341,6 +342,7 @@ def _tile_matvec(op, by, lay, val, new, cfg, es, lanes_of, sent=(), recv_slot=No
             if epi == STORE_ARGMAX:
                 a[A_SLOT] = r0 // rows          # which of the TOKEN_KEYS keys it folds into: slot % TOKEN_KEYS
                 a[A_KEYS] = lay.at(f"{op.node}.keys", -1)
+                a[A_COUNTS] = lay.at(f"{op.node}.hist", -1)
                 a[A_ROW0] = shard_row0 + r0     # token ids are the whole vocabulary's
             w = WeightTile(wname, l + lane0 if wnode.type.lanes else -1, shard_row0 + r0, rows * stacked, K, wes, fp8,
                            up)
