@@ -140,7 +140,7 @@ def test_16_bit_logits_draw_from_the_allowed_set():
     runs = kogc.compile(model, num_programs=2)
     assert any(v[4] == "store_argmax" for v in runs.schedule.run_variants)
     kw = dict(temperature=1.0, seed=5, top_k=4, top_p=0.9)
-    assert runs.generate(prompt, 2, **kw) == ck.generate(prompt, 2, **kw)
+    assert runs.generate(prompt, 1, **kw) == ck.generate(prompt, 1, **kw)
 
 
 def test_only_top_k_and_top_p_launches_need_the_filter_code(setup):
