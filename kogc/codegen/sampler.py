@@ -12,9 +12,10 @@ def _run(name: str, logits: torch.Tensor, out: torch.Tensor, interpret: bool | N
     """One program of the sampler source's kernel `name` over `logits` (blocks of up to 1,024)."""
     if interpret is None:
         interpret = not logits.is_cuda
-    kernel, _ = load_kernel(_ENV.get_template("sampler.py.j2").render(hist_bins=HIST_BINS, token_keys=TOKEN_KEYS), interpret, name=name)
+    source = _ENV.get_template("sampler.py.j2").render(hist_bins=HIST_BINS, token_keys=TOKEN_KEYS)
+    kernel, _ = load_kernel(source, interpret, name=name)
     V = logits.numel()
-    hist = torch.zeros(HIST_WORDS, dtype=torch.int32, device=logits.device)    # 16-bit logits' counts per key
+    hist = torch.zeros(HIST_WORDS, dtype=torch.int32, device=logits.device)    # counts per 16-bit key (HIST)
     with interpreter(interpret):
         kernel[(1,)](logits.contiguous(), out, hist, V, *args, BLOCK=min(1024, 1 << max(0, (V - 1).bit_length())))
     if hist.any():
