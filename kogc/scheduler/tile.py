@@ -17,7 +17,7 @@ from .errors import SchedulerError
 from .fuse import (ALL, ATTN_COMBINE, GATED_KINDS, LAYERNORM, OTHERS, OWN, PLAIN, RESIDUAL, RMSNORM, ROPE_CACHE, ROPE_STORE,
                    STORE_ARGMAX, FusedOp, is_pow2, norm_constant)
 from .tasks import (A_ALIBI, A_ALIBI_AT, A_BIAS, A_CACHE, A_COUNTS, A_EPS, A_H, A_HIST, A_KEYS, A_NORM_BIAS, A_OUT,
-                    A_OWN_COEF, A_RECV, A_RECV_STRIDE, A_RES_OUT, A_ROPE, A_ROW0, A_SLOT, A_TERM, A_TERM_COEF, A_TERM_SEL,
+                    A_OWN_COEF, A_RECV, A_SHARD, A_RECV_STRIDE, A_RES_OUT, A_ROPE, A_ROW0, A_SLOT, A_TERM, A_TERM_COEF, A_TERM_SEL,
                     A_TERM_STRIDE, A_WINDOW, A_X, A_X2, A_XIELU, HIST_WORDS, NARGS, SELECT_CODES, TOKEN_KEYS, Exchange,
                     Region, Task, WeightTile, next_pow2)
 
@@ -250,6 +250,7 @@ def tile_rank(graph: Graph, ops: list[FusedOp], cfg: TileConfig) -> tuple[list[T
                 # top-p the whole logits at A_TERM, A_H of them)
                 args[A_KEYS], args[A_X], args[A_H] = lay.at(own, -1), lay.at(recv, -1), vocab
                 args[A_TERM], args[A_TERM_STRIDE] = whole, vocab
+                args[A_SHARD[0]], args[A_SHARD[1]] = graph.meta.get("vocab_row0", 0), logits
                 _, roff, rsize, _ = lay.slots[recv]
                 new(("argmax", next_pow2(min(2048, vocab)) if vocab < 2048 else 2048, "ranked"), op, -1, args,
                     [lay.region(own, -1, 0, 2), Region("f32", roff, roff + rsize)], [Region("out", 0, 1)],
