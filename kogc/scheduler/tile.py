@@ -18,8 +18,8 @@ from .fuse import (ALL, ATTN_COMBINE, GATED_KINDS, LAYERNORM, OTHERS, OWN, PLAIN
                    STORE_ARGMAX, FusedOp, is_pow2, norm_constant)
 from .tasks import (A_ALIBI, A_ALIBI_AT, A_BIAS, A_CACHE, A_COUNTS, A_EPS, A_H, A_HIST, A_KEYS, A_NORM_BIAS, A_OUT,
                     A_OWN_COEF, A_RECV, A_RECV_STRIDE, A_RES_OUT, A_ROPE, A_ROW0, A_SHARD, A_SLOT, A_TERM, A_TERM_COEF,
-                    A_TERM_SEL, A_TERM_STRIDE, A_WINDOW, A_X, A_X2, A_XIELU, HIST_WORDS, NARGS, SELECT_CODES, TOKEN_KEYS, Exchange,
-                    Region, Task, WeightTile, next_pow2)
+                    A_TERM_SEL, A_TERM_STRIDE, A_WINDOW, A_X, A_X2, A_XIELU, HIST_WORDS, NARGS, SELECT_CODES, TOKEN_KEYS,
+                    Exchange, Region, Task, WeightTile, next_pow2)
 
 def f32_bits(x: float) -> int:
     """A float as the int32 its bits spell, for the int table (the kernel bitcasts it back)."""
