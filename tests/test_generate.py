@@ -102,6 +102,7 @@ def test_any_of_several_eos_ids_stops(setup):
     (dict(prompt_ids=[1], max_new_tokens=4, top_p=0.0), "top_p"),
     (dict(prompt_ids=[1], max_new_tokens=4, top_p=1.5), "top_p"),
     (dict(prompt_ids=[1], max_new_tokens=4, temperature=-1.0), "temperature"),
+    (dict(prompt_ids=[1], max_new_tokens=4, temperature=1e-40), "fp32's smallest normal"),
     (dict(prompt_ids=[1], max_new_tokens=0), "max_new_tokens"),
     (dict(prompt_ids=[1], max_new_tokens=4, eos_token_id=-3), "eos_token_id"),
     (dict(prompt_ids=[1.5, 2], max_new_tokens=4), "a prompt id must be an integer, got 1.5"),

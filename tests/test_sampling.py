@@ -149,6 +149,8 @@ def test_only_top_k_and_top_p_launches_need_the_filter_code(setup):
     assert not ck.needs_filter(1.0, 0, 1.0)           # plain temperature
     assert not ck.needs_filter(1.0, ck.vocab, 1.0)    # top-k of the whole vocabulary keeps everything
     assert ck.needs_filter(1.0, 4, 1.0) and ck.needs_filter(1.0, 0, 0.5)
+    # as the kernel sees them (fp32): a top_p that rounds to 1, a temperature that rounds to 0
+    assert not ck.needs_filter(1.0, 0, 1 - 1e-9) and not ck.needs_filter(1e-50, 4, 0.5)
 
 
 def test_filtered_launches_run_the_kernel_with_the_filter(setup):

@@ -17,6 +17,8 @@ from ..scheduler import Schedule
 from ..scheduler.tasks import MAX_STOP, REMOTE_BIT
 from .buffers import Buffers, allocate
 
+FP32_TINY = torch.finfo(torch.float32).tiny     # the smallest positive temperature a launch takes
+
 
 class KernelHangError(RuntimeError):
     """A wait in the kernel passed its watchdog bound: names the task and the counter."""
@@ -158,7 +160,10 @@ class CompiledKernel:
 
     def needs_filter(self, temperature: float, top_k: int, top_p: float) -> bool:
         """Whether a launch samples with top-k or top-p (the kernel with that code, compiled on first use:
-        greedy and plain-temperature launches run one without it); the kernel's own test is _filters."""
+        greedy and plain-temperature launches run one without it); the kernel's own test is _filters, on the
+        fp32 values it receives: a top_p of 0.99999999 is 1.0 there, and the LM head of a kernel with the code
+        counts its logits for a draw that would then not come, leaving its counts to the next one."""
+        temperature, top_p = (float(torch.tensor(v, dtype=torch.float32)) for v in (temperature, top_p))
         return temperature > 0 and (0 < top_k < self.vocab or top_p < 1.0)
 
     def step(self, token: int, pos: int) -> tuple[torch.Tensor, int]:
@@ -267,6 +272,9 @@ class CompiledKernel:
                             f"{len(prompt) + max_new_tokens} tokens do not fit the KV cache of {self.max_pos}")
         if temperature < 0:
             raise KogcError(f"temperature must be >= 0, got {temperature}")
+        if 0 < temperature < FP32_TINY:      # the kernel divides by it in fp32, which flushes it to 0 or inf
+            raise KogcError(f"temperature must be 0 (greedy) or at least {FP32_TINY:.3g}, fp32's smallest normal "
+                            f"number, got {temperature}")
         if top_p is not None and not 0 < top_p <= 1:
             raise KogcError(f"top_p must be in (0, 1], got {top_p}")
         if top_k is not None and top_k < 1:
