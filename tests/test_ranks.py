@@ -258,7 +258,7 @@ def test_two_ranks_of_an_fp16_model_sample_the_one_gpu_kernels_tokens():
     model = tiny(seed=3, vocab_size=250, num_hidden_layers=2, num_lanes=2, dtype=torch.float16)
     single, ranked = kogc.compile(model), kogc.compile(model, gpus=2, one_gpu=True)
     kw = dict(temperature=1.0, seed=9, top_k=5, top_p=0.5)
-    assert ranked.generate([5], 3, **kw) == single.generate([5], 3, **kw)
+    assert ranked.generate([5], 2, **kw) == single.generate([5], 2, **kw)
 
 
 def test_the_speed_model_takes_the_bodies_measured_at_a_models_widths():
