@@ -163,8 +163,8 @@ class CompiledKernel:
         greedy and plain-temperature launches run one without it); the kernel's own test is _filters, on the
         fp32 values it receives: a top_p of 0.99999999 is 1.0 there, and the LM head of a kernel with the code
         counts its logits for a draw that would then not come, leaving its counts to the next one."""
-        temperature, top_p = (float(torch.tensor(v, dtype=torch.float32)) for v in (temperature, top_p))
-        return temperature > 0 and (0 < top_k < self.vocab or top_p < 1.0)
+        # (rounded to nearest even: fp32 1.0 from 1 - 2^-25 up, 0.0 up to 2^-150)
+        return temperature > 2.0 ** -150 and (0 < top_k < self.vocab or top_p < 1.0 - 2.0 ** -25)
 
     def step(self, token: int, pos: int) -> tuple[torch.Tensor, int]:
         """One decode step in ONE launch: (logits [V] in the model's dtype, argmax token)."""
