@@ -252,13 +252,48 @@ def test_two_ranks_on_one_gpu_sample_the_one_gpu_kernels_tokens(dtype):
     assert any(t != greedy for t in sampled)
 
 
-def test_two_ranks_of_an_fp16_model_sample_the_one_gpu_kernels_tokens():
+def test_two_ranks_of_an_fp16_model_sample_the_one_gpu_kernels_tokens(monkeypatch):
     """top-k and top-p over a rank's fp32 copy of an fp16 model's logits count them per 16-bit key, as the one-GPU
-    kernel does over its fp16 logits: the same tokens (interpreter)."""
+    kernel does over its fp16 logits: the same tokens, and every count cleared after each draw (interpreter). The
+    peers' shards in chunks of 48 ids: several count tasks a rank, the last of a peer's range shorter."""
+    from kogc.scheduler.tasks import A_HIST, HIST_WORDS
+    monkeypatch.setattr("kogc.scheduler.tile.COUNT_CHUNK", 48)
     model = tiny(seed=3, vocab_size=250, num_hidden_layers=2, num_lanes=2, dtype=torch.float16)
     single, ranked = kogc.compile(model), kogc.compile(model, gpus=2, one_gpu=True)
+    assert [sum(t.kind == "count" for t in s.tasks) for s in ranked.schedules] == [3, 3]     # 125 ids: 48, 48, 29
     kw = dict(temperature=1.0, seed=9, top_k=5, top_p=0.5)
     assert ranked.generate([5], 2, **kw) == single.generate([5], 2, **kw)
+    for k, s in zip(ranked.kernels, ranked.schedules):
+        hist = next(t.args[A_HIST] for t in s.tasks if t.kind == "argmax")
+        assert not k.buffers.F32[hist:hist + HIST_WORDS].any(), "counts or key ranges left for the next draw"
+
+
+def test_a_ranks_count_tasks_cover_its_peers_shards_and_feed_its_draw():
+    """An fp16 model's rank counts its peers' logits in count tasks of at most COUNT_CHUNK ids each: together
+    every id outside its own shard once, each reading both step parities of its whole logits (so it waits for
+    the peers' sends and its own keysend); the argmax depends on all of them. fp32 logits (searched) have none."""
+    from kogc.scheduler.tasks import A_H, A_TERM, A_TERM_STRIDE, A_X
+    from kogc.scheduler.tile import COUNT_CHUNK
+    V, G = 3 * COUNT_CHUNK + 100, 4
+    for dtype, counts in ((torch.float16, True), (torch.float32, False)):
+        graph = to_ir(tiny(vocab_size=V, dtype=dtype, **L8))
+        for r, s in enumerate(build_rank_schedules(graph, G, H200, num_programs=16)):
+            tasks = [t for t in s.tasks if t.kind == "count"]
+            assert bool(tasks) == counts
+            if not counts:
+                continue
+            row0, rows = vocab_shard(V, G, r)
+            own = range(row0, row0 + rows)
+            ids = sorted(i for t in tasks for i in range(t.args[A_X], t.args[A_X] + t.args[A_H]))
+            assert ids == [i for i in range(V) if i not in own]
+            assert max(t.args[A_H] for t in tasks) == COUNT_CHUNK
+            argmax = next(t for t in s.tasks if t.kind == "argmax")
+            assert {t.id for t in tasks} <= set(argmax.deps)
+            keysend = next(t for t in s.tasks if t.kind == "keysend")
+            for t in tasks:
+                assert keysend.id in t.deps and any(g >= s.first_remote for g, _ in t.waits)
+                assert {t.args[A_TERM] + t.args[A_X] + p * t.args[A_TERM_STRIDE] for p in (0, 1)} == \
+                    {r.start for r in t.reads}
 
 
 def test_the_speed_model_takes_the_bodies_measured_at_a_models_widths():

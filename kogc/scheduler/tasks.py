@@ -37,8 +37,6 @@ A_HIST = A_OUT     # the argmax: where top-k / top-p over 16-bit logits count ea
                    # each; HIST_WORDS of them, zero between draws)
 A_COUNTS = A_RES_OUT   # the LM head (store_argmax): the same counts, which its tasks make as they store their logits
                        # where the kernel that filters counts there (16-bit logits)
-A_SHARD = (A_SLOT, A_OWN_COEF)   # the ranked argmax: its rank's vocabulary shard, which its LM head counted: the
-                                 # first id and how many (not A_ROW0: no vector alignment to weigh, vector_alignment)
 TOKEN_KEYS = 128    # the LM head's tasks fold their (max, row) into key (task % this), int64 each in the
                     # f32 arena; one word for all 16k tasks made each one's publish queue behind the others'
                     # atomics at one L2 address (+17 us per step). Not regions: unordered by design, and the

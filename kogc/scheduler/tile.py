@@ -17,7 +17,7 @@ from .errors import SchedulerError
 from .fuse import (ALL, ATTN_COMBINE, GATED_KINDS, LAYERNORM, OTHERS, OWN, PLAIN, RESIDUAL, RMSNORM, ROPE_CACHE, ROPE_STORE,
                    STORE_ARGMAX, FusedOp, is_pow2, norm_constant)
 from .tasks import (A_ALIBI, A_ALIBI_AT, A_BIAS, A_CACHE, A_COUNTS, A_EPS, A_H, A_HIST, A_KEYS, A_NORM_BIAS, A_OUT,
-                    A_OWN_COEF, A_RECV, A_RECV_STRIDE, A_RES_OUT, A_ROPE, A_ROW0, A_SHARD, A_SLOT, A_TERM, A_TERM_COEF,
+                    A_OWN_COEF, A_RECV, A_RECV_STRIDE, A_RES_OUT, A_ROPE, A_ROW0, A_SLOT, A_TERM, A_TERM_COEF,
                     A_TERM_SEL, A_TERM_STRIDE, A_WINDOW, A_X, A_X2, A_XIELU, HIST_WORDS, NARGS, SELECT_CODES, TOKEN_KEYS,
                     Exchange, Region, Task, WeightTile, next_pow2)
 
@@ -250,11 +250,14 @@ def tile_rank(graph: Graph, ops: list[FusedOp], cfg: TileConfig) -> tuple[list[T
                 # top-p the whole logits at A_TERM, A_H of them)
                 args[A_KEYS], args[A_X], args[A_H] = lay.at(own, -1), lay.at(recv, -1), vocab
                 args[A_TERM], args[A_TERM_STRIDE] = whole, vocab
-                args[A_SHARD[0]], args[A_SHARD[1]] = graph.meta.get("vocab_row0", 0), logits
                 _, roff, rsize, _ = lay.slots[recv]
+                reads = [lay.region(own, -1, 0, 2), Region("f32", roff, roff + rsize)]
+                if es == 2:     # 16-bit logits: the peers' shards counted per key for top-k / top-p, on several programs
+                    row0 = graph.meta.get("vocab_row0", 0)
+                    reads.append(_count_peer_shards(op, new, whole, vocab, (row0, row0 + logits),
+                                                    lay.at(f"{p['logits']}.hist", -1)))
                 new(("argmax", next_pow2(min(2048, vocab)) if vocab < 2048 else 2048, "ranked"), op, -1, args,
-                    [lay.region(own, -1, 0, 2), Region("f32", roff, roff + rsize)], [Region("out", 0, 1)],
-                    cost=8 * (npeer + 1))
+                    reads, [Region("out", 0, 1)], cost=8 * (npeer + 1))
         else:
             raise SchedulerError(f"no tiling for fused op {op.kind}")
     missing = [x.value for x in exchanges if not x.sends]
@@ -489,6 +492,27 @@ def _rows(N, K, es, tile_bytes, p) -> int:
             raise SchedulerError(f"cannot tile {N} rows with head_dim {p['head_dim']}: the kernel needs heads of a "
                                  f"power of two (a tile of whole rows inside one head)")
     return rows
+
+
+COUNT_CHUNK = 4096      # a peer's logits counted a task: about 28 tasks for laneformer-2b's peers' shards on 8 GPUs
+
+
+def _count_peer_shards(op: FusedOp, new, whole: int, vocab: int, own: tuple[int, int], hist: int) -> Region:
+    """A rank's count tasks: its peers' logits, as they arrive in its whole logits (`whole`, [2 step parities]
+    [vocab]), counted per 16-bit key into the argmax's counts in chunks of COUNT_CHUNK ids, spread over programs
+    (its own shard's its LM head counts). Each reads its chunk of both parities (so it waits for the peers' sends
+    and for this rank's keysend, after this rank's previous token: the previous draw cleared the counts) and
+    writes the counts; the argmax reads them (the region returned)."""
+    cop = FusedOp("count", f"{op.node}.count", 0, {}, op.source, op.layer)
+    counts = Region("f32", hist, hist + HIST_WORDS)
+    chunks = [(c, min(c + COUNT_CHUNK, hi)) for lo, hi in ((0, own[0]), (own[1], vocab))
+              for c in range(lo, hi, COUNT_CHUNK)]
+    for k, (c0, c1) in enumerate(chunks):
+        args = _args({A_TERM: whole, A_TERM_STRIDE: vocab, A_X: c0, A_H: c1 - c0, A_HIST: hist, A_SLOT: k})
+        new(("count", min(1024, next_pow2(COUNT_CHUNK))), cop, -1, args,
+            [Region("f32", whole + c0, whole + c1), Region("f32", whole + vocab + c0, whole + vocab + c1)], [counts],
+            cost=4 * (c1 - c0))
+    return counts
 
 
 def _pow2_block(d: int, cap: int) -> int:
