@@ -232,11 +232,12 @@ def test_two_ranks_on_one_gpu_equal_the_one_gpu_kernel():
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
-def test_two_ranks_on_one_gpu_sample_the_one_gpu_kernels_tokens(dtype):
+def test_two_ranks_on_one_gpu_sample_the_one_gpu_kernels_tokens(dtype, monkeypatch):
     """Temperature sampling, plain and with top-k and top-p, by two ranks side by side on this GPU (every rank
     gathers the whole logits for the filters; the noise is keyed by seed, step and token id) gives the one-GPU
     kernel's tokens, and is not greedy decoding. fp32 logits are searched; an fp16 model's (a rank's fp32 copy of
-    fp16 values) are counted per 16-bit key."""
+    fp16 values) are counted per 16-bit key, the peers' shard by count tasks of 48 ids (three a rank)."""
+    monkeypatch.setattr("kogc.scheduler.tile.COUNT_CHUNK", 48)
     model = tiny(seed=3, vocab_size=250, num_hidden_layers=2, num_lanes=2, dtype=dtype)    # 125 ids per rank
     single, ranked = kogc.compile(model), kogc.compile(model, gpus=2, one_gpu=True)
     prompt, n = [5], 24
