@@ -264,6 +264,7 @@ def test_two_ranks_of_an_fp16_model_sample_the_one_gpu_kernels_tokens(monkeypatc
     assert [sum(t.kind == "count" for t in s.tasks) for s in ranked.schedules] == [3, 3]     # 125 ids: 48, 48, 29
     kw = dict(temperature=1.0, seed=9, top_k=5, top_p=0.5)
     assert ranked.generate([5], 2, **kw) == single.generate([5], 2, **kw)
+    assert ranked.generate([5], 2) == single.generate([5], 2)      # greedy: the count tasks skip their waits
     for k, s in zip(ranked.kernels, ranked.schedules):
         hist = next(t.args[A_HIST] for t in s.tasks if t.kind == "argmax")
         assert not k.buffers.F32[hist:hist + HIST_WORDS].any(), "counts or key ranges left for the next draw"
@@ -295,6 +296,31 @@ def test_a_ranks_count_tasks_cover_its_peers_shards_and_feed_its_draw():
                 assert keysend.id in t.deps and any(g >= s.first_remote for g, _ in t.waits)
                 assert {t.args[A_TERM] + t.args[A_X] + p * t.args[A_TERM_STRIDE] for p in (0, 1)} == \
                     {r.start for r in t.reads}
+
+
+@pytest.mark.parametrize("rule", [True, False])
+def test_a_launch_without_a_filtered_draw_may_skip_the_count_tasks_waits(rule, monkeypatch):
+    """A count task skips its waits when the launch draws no filtered token, so nothing may count on them: with
+    every count task's waits and reads removed, the ranks' pruned schedules still pass the cross-rank soundness check (the
+    argmax keeps its own waits for its peers' keys and its keysend). Built as if count tasks always waited
+    (`rule` False), the same removal leaves a race."""
+    from kogc.scheduler.check import check_schedule
+    from kogc.scheduler.ranks import _Combined
+    if not rule:
+        monkeypatch.setattr("kogc.scheduler.tasks.WAIT_SKIPPING_KINDS", ())
+    graph = to_ir(tiny(vocab_size=250, dtype=torch.float16, **L8))
+    schedules = build_rank_schedules(graph, 2, H200, num_programs=16)
+    for s in schedules:
+        for t in s.tasks:
+            if t.kind == "count":     # (nor reads anything)
+                assert t.waits
+                t.waits, t.deps, t.reads = [], [], []
+    view = _Combined(schedules)
+    if rule:
+        check_schedule(view.tasks, view.events, view.queues, view.also)
+    else:
+        with pytest.raises(SchedulerError, match="race"):
+            check_schedule(view.tasks, view.events, view.queues, view.also)
 
 
 def test_the_speed_model_takes_the_bodies_measured_at_a_models_widths():

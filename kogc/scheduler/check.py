@@ -82,19 +82,22 @@ def _simulate(tasks: list[Task], events: list[Event], queues: list[list[int]], p
             if blocked is not None:
                 parked.setdefault(blocked, []).append(p)
                 break
+            known = vc
+            if t.may_skip_waits:        # its reads need its waits; what they tell its program does not keep
+                known = vc.copy()
             if prune:
                 kept = []
                 for g, n in t.waits:
-                    if (need_vec[g] <= vc).all():
+                    if (need_vec[g] <= known).all():
                         dropped += 1
                     else:
                         kept.append((g, n))
-                        np.maximum(vc, vc_event[g], out=vc)
+                        np.maximum(known, vc_event[g], out=known)
                 t.waits = kept
             else:
                 for g, _ in t.waits:
-                    np.maximum(vc, vc_event[g], out=vc)
-            bad = uncovered(t, vc)
+                    np.maximum(known, vc_event[g], out=known)
+            bad = uncovered(t, known)
             if bad is not None:
                 raise SchedulerError(
                         f"race: task {t.id} ({t.op}, lane {t.lane}) on program {p} reads what task {bad} "

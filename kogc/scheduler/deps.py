@@ -113,7 +113,8 @@ def derive(tasks: list[Task]) -> list[Event]:
         if known is None or known[0] != implied:
             known = waits_of[id(wanted)] = (implied, [(g, events[g].need) for g in wanted if not (implied >> g) & 1])
         t.waits = list(known[1])
-        ancestors[t.group] |= reach
+        if not t.may_skip_waits:        # (its event then says nothing of what it waited for)
+            ancestors[t.group] |= reach
     return events
 
 

@@ -41,6 +41,7 @@ TOKEN_KEYS = 128    # the LM head's tasks fold their (max, row) into key (task %
                     # f32 arena; one word for all 16k tasks made each one's publish queue behind the others'
                     # atomics at one L2 address (+17 us per step). Not regions: unordered by design, and the
                     # next step's folds come after the argmax clears them through the token they wait for
+WAIT_SKIPPING_KINDS = ("count",)     # Task.may_skip_waits
 HIST_BINS = 1 << 16     # one count per 16-bit order key (kogc/codegen/templates/sampling.j2)
 HIST_WORDS = HIST_BINS + 2 * TOKEN_KEYS    # the counts, then the LM head's tasks' largest and smallest keys, each
                                            # folded into word (task % TOKEN_KEYS) like the token keys
@@ -235,6 +236,13 @@ class Task:
     @property
     def kind(self) -> str:
         return self.variant[0]
+
+    @property
+    def may_skip_waits(self) -> bool:
+        """Its body skips its waits in a launch where it has nothing to do (a rank's count task, without a
+        filtered draw), so no other task may count on them: what it waited for implies nothing to its program's
+        later tasks or to its event's waiters (kogc.scheduler.deps.derive, kogc.scheduler.check)."""
+        return self.kind in WAIT_SKIPPING_KINDS
 
     @property
     def published(self) -> tuple[int, ...]:
