@@ -46,7 +46,7 @@ def render(schedule: Schedule, kernel_name: str = KERNEL_NAME, interpret: bool =
         step_prefetch_elems=0 if interpret else step_prefetch_elements(schedule), token_keys=T.TOKEN_KEYS, max_stop=T.MAX_STOP,
         hist_bins=T.HIST_BINS,
         # the LM head's tasks count their logits per 16-bit key for top-k / top-p (a rank's its shard, its
-        # argmax task its peers' shards as they arrive; fp32 logits are searched)
+        # count tasks its peers' shards as they arrive; fp32 logits are searched)
         count_logits=ESIZE[schedule.dtype] == 2,
         attn_prefetch=bool(schedule.target.l2_prefetch_asm) and not interpret,
         # Triton 3.6's interpreter multiplies bf16 matrices wrongly (tl.dot: errors of 1e10): there its
