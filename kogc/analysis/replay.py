@@ -42,14 +42,15 @@ def longest_path(schedule, task_us: list[float], latency_us: float, queues: bool
         for tid in run_order(tasks, events, schedule.queues):    # waited events are complete by then
             t = tasks[tid]
             free = last.get(prog[tid], 0.0) + (overhead_us[tid] if overhead_us is not None else 0.0)
-            start = max([free] + [done_at[g] + event_us.get(g, latency_us) for g, _ in t.waits])
+            waits = () if t.may_skip_waits else t.waits      # (profiles are of greedy steps: count tasks skip)
+            start = max([free] + [done_at[g] + event_us.get(g, latency_us) for g, _ in waits])
             end[tid] = last[prog[tid]] = start + task_us[tid]
             for g in t.published:                          # (a shared lane event too)
                 done_at[g] = max(done_at[g], end[tid])
     else:                                               # one program per task: only the exact producers
         latest_of = _latest_producer(end)
         for t in tasks:                                 # task ids follow the graph's order
-            at, d = latest_of(t.deps)
+            at, d = latest_of(() if t.may_skip_waits else t.deps)
             end[t.id] = (at + latency_us if d >= 0 else 0.0) + task_us[t.id]
     latest: dict[str, float] = defaultdict(float)
     for t in tasks:

@@ -6,7 +6,8 @@ and table reads), then issues its weight tile (or attention's cache rows): the G
 tiles in the order they are issued, each at the read bandwidth and no faster than one program can
 take it, and they arrive one memory latency later. The task's body starts when its bytes have
 arrived and each event it waits on has counted enough producers plus a hop; it takes its kind's
-body time, and at its end the task counts on its events.
+body time, and at its end the task counts on its events. A step is a greedy one: a task that skips its
+waits when there is no filtered draw (a rank's count task) only publishes.
 
 Why not the one-GPU profile's task times alone: they were measured with HBM saturated, so a rank of
 several GPUs, whose programs stream a fraction of the bytes, gets them too long (at G = 8 an attention
@@ -123,6 +124,9 @@ def stream_replay(view, params: StreamParams, gpu_of_program: list[int] | None =
 
     def try_start(tid: int) -> None:
         ready = arrived[tid]
+        if tasks[tid].may_skip_waits:       # a greedy step's count task: no wait, nothing to do but publish
+            push(ready, tid, True)
+            return
         for g, n in tasks[tid].waits:
             if len(ends[g]) < n:
                 waiting[g].append(tid)
@@ -139,7 +143,7 @@ def stream_replay(view, params: StreamParams, gpu_of_program: list[int] | None =
         now, _, tid, ended = heapq.heappop(heap)
         t = tasks[tid]
         if not ended:                                      # its start paid: the tile is issued
-            nbytes, gpu = t.cost_bytes, gpu_of[prog[tid]]
+            nbytes, gpu = (0 if t.may_skip_waits else t.cost_bytes), gpu_of[prog[tid]]
             if nbytes > 0:
                 hbm_free[gpu] = max(hbm_free[gpu], now) + nbytes / hbm_rate
                 arrived[tid] = max(hbm_free[gpu], now + nbytes / program_rate) + params.latency_us
