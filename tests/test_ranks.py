@@ -323,6 +323,17 @@ def test_a_launch_without_a_filtered_draw_may_skip_the_count_tasks_waits(rule, m
             check_schedule(view.tasks, view.events, view.queues, view.also)
 
 
+def test_the_speed_model_runs_count_tasks_as_a_greedy_step_does(monkeypatch):
+    """kogc predict models a greedy step, where a rank's count tasks only publish: taken as tasks that wait for
+    their peers' sends and have a body, the same ranks' step is longer (they lie before the argmax)."""
+    from kogc.analysis.ranks import replay_ranks
+    from kogc.analysis.stream import StreamParams
+    schedules = build_rank_schedules(to_ir(tiny(vocab_size=250, dtype=torch.float16, **L8)), 2, H200, num_programs=16)
+    greedy = replay_ranks(schedules, StreamParams(), 3.0)
+    monkeypatch.setattr("kogc.scheduler.tasks.WAIT_SKIPPING_KINDS", ())
+    assert replay_ranks(schedules, StreamParams(), 3.0) > greedy
+
+
 def test_the_speed_model_takes_the_bodies_measured_at_a_models_widths():
     """kogc predict's bodies: each Laneformer preset's own table (measured at its hidden size and head_dim), its
     kinds missing from it filled from laneformer-2b's; any other widths laneformer-2b's."""
