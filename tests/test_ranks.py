@@ -301,9 +301,9 @@ def test_a_ranks_count_tasks_cover_its_peers_shards_and_feed_its_draw():
 @pytest.mark.parametrize("rule", [True, False])
 def test_a_launch_without_a_filtered_draw_may_skip_the_count_tasks_waits(rule, monkeypatch):
     """A count task skips its waits when the launch draws no filtered token, so nothing may count on them: with
-    every count task's waits and reads removed, the ranks' pruned schedules still pass the cross-rank soundness check (the
-    argmax keeps its own waits for its peers' keys and its keysend). Built as if count tasks always waited
-    (`rule` False), the same removal leaves a race."""
+    every count task's waits and reads removed, the ranks' pruned schedules still pass the cross-rank soundness
+    check (the argmax keeps its own waits for its peers' keys and its keysend). Built as if count tasks always
+    waited (`rule` False), the same removal leaves a race."""
     from kogc.scheduler.check import check_schedule
     from kogc.scheduler.ranks import _Combined
     if not rule:
