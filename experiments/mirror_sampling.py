@@ -13,6 +13,8 @@ setting reports its last step: the span, the step's end (final norm, LM head, ke
 the step's first start) and the mean per task kind, and writes that step's stamps to OUT's folder (`kogc analyze`).
 
     PYTHONPATH=. python experiments/mirror_sampling.py --config laneformer-2b --gpus 8 --out $OUT/mirror-sampling.json
+
+--gpus 1 runs the one-GPU kernel the same ways.
 """
 import argparse
 import json
@@ -57,12 +59,15 @@ def main() -> None:
     ap.add_argument("--profile", action="store_true", help="stamp every task; report each setting's last step")
     a = ap.parse_args()
     model = build_model("examples/laneformer.py", a.config, device="cuda", dtype=torch.float16)
-    ck = kogc.compile(model, gpus=a.gpus, one_gpu="mirror", profile=a.profile)
-    argmax = next(t for t in ck.schedule.tasks if t.kind == "argmax")
-    whole, vocab = argmax.args[A_TERM], argmax.args[A_TERM_STRIDE]
-    g = torch.Generator(device="cuda").manual_seed(0)
-    fill = (torch.randn(2 * vocab, device="cuda", generator=g) * 2.0).half().float()
-    ck.buffers.F32[whole:whole + 2 * vocab] = fill
+    if a.gpus == 1:     # the one-GPU kernel, for comparison
+        ck = kogc.compile(model, profile=a.profile)
+    else:
+        ck = kogc.compile(model, gpus=a.gpus, one_gpu="mirror", profile=a.profile)
+        argmax = next(t for t in ck.schedule.tasks if t.kind == "argmax")
+        whole, vocab = argmax.args[A_TERM], argmax.args[A_TERM_STRIDE]
+        g = torch.Generator(device="cuda").manual_seed(0)
+        fill = (torch.randn(2 * vocab, device="cuda", generator=g) * 2.0).half().float()
+        ck.buffers.F32[whole:whole + 2 * vocab] = fill
     out = {"config": a.config, "gpus": a.gpus, "tokens": a.tokens, "device": torch.cuda.get_device_name(),
            "counts_tasks": sum(t.kind == "count" for t in ck.schedule.tasks), "runs": []}
     for kw in SETTINGS:
