@@ -22,7 +22,7 @@ import triton.language as tl
 
 from kogc.codegen.loader import load_kernel
 from kogc.codegen.render import _ENV
-from kogc.scheduler.tasks import HIST_BINS
+from kogc.scheduler.tasks import HIST_BINS, HIST_WORDS, TOKEN_KEYS
 
 VOCAB = 128256          # laneformer-2b's
 BLOCK = 2048            # the bisection's block (the argmax task's: kogc.scheduler.tile)
@@ -158,12 +158,12 @@ def main():
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--out", help="write the rows as JSON here")
     a = ap.parse_args()
-    src = _ENV.get_template("sampler.py.j2").render(hist_bins=HIST_BINS) + PROBE
+    src = _ENV.get_template("sampler.py.j2").render(hist_bins=HIST_BINS, token_keys=TOKEN_KEYS) + PROBE
     threshold, _ = load_kernel(src, False, name="probe_threshold")
     draw, _ = load_kernel(src, False, name="probe_draw")
     g = torch.Generator().manual_seed(0)
     out = torch.zeros(1, dtype=torch.int64, device="cuda")
-    hist = torch.zeros(HIST_BINS, dtype=torch.int32, device="cuda")
+    hist = torch.zeros(HIST_WORDS, dtype=torch.int32, device="cuda")     # counts, range words, per-key words
     regs = dict(num_warps=4, maxnreg=168)          # the monokernel's launch (kogc.targets.nvidia_h200)
     base = timed(lambda: empty[(1,)](out), a.reps)
     rows = []
