@@ -59,7 +59,7 @@ def test_empirical_distribution_matches(kwargs, draws, dtype):
 
 def test_logits_of_one_key_are_drawn_alike():
     """16-bit logits with one value are one key, of one probability: the draw picks a key, then one of its
-    logits by the largest noise the counting folded per key, uniformly (not the first of them)."""
+    logits by the largest random number the counting folded per key, uniformly (not the first of them)."""
     logits = torch.tensor([2.0, 0.0, 2.0, 1.0, 2.0, -1.0, 2.0, 0.5], dtype=torch.float16)
     tokens = sample_tokens(logits, 48, seed=3, temperature=1.0, top_k=4)       # the four 2.0s, 12 draws each
     ok, stat, crit = chi_square_ok(tokens, intended(logits.float(), 1.0, top_k=4))

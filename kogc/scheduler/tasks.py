@@ -45,7 +45,7 @@ WAIT_SKIPPING_KINDS = ("count",)     # Task.may_skip_waits
 HIST_BINS = 1 << 16     # one count per 16-bit order key (kogc/codegen/templates/sampling.j2)
 HIST_WORDS = 3 * HIST_BINS + 2 * TOKEN_KEYS    # the counts, then the LM head's tasks' largest and smallest keys, each
                                                # folded into word (task % TOKEN_KEYS) like the token keys, then per
-                                               # key the largest (noised logit, id) of its logits (int64 each)
+                                               # key the largest (random number, id) of its logits (int64 each)
 MAX_STOP = 4        # token ids one generation can stop at (the kernel's scalar arguments stop0..; Llama 3.1's
                     # instruct models name 3)
 SELECT_CODES = {None: 0, "own": 1, "others": 2, "all": 3}
