@@ -66,8 +66,8 @@ def main() -> None:
         argmax = next(t for t in ck.schedule.tasks if t.kind == "argmax")
         whole, vocab = argmax.args[A_TERM], argmax.args[A_TERM_STRIDE]
         g = torch.Generator(device="cuda").manual_seed(0)
-        fill = (torch.randn(2 * vocab, device="cuda", generator=g) * 2.0).half().float()
-        ck.buffers.F32[whole:whole + 2 * vocab] = fill
+        fill = (torch.randn(2 * vocab, device="cuda", generator=g) * 2.0).half()     # (the logits as stored)
+        ck.buffers.F32[whole:whole + vocab].view(torch.float16)[:] = fill
     out = {"config": a.config, "gpus": a.gpus, "tokens": a.tokens, "device": torch.cuda.get_device_name(),
            "counts_tasks": sum(t.kind == "count" for t in ck.schedule.tasks), "runs": []}
     for kw in SETTINGS:

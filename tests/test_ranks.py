@@ -272,8 +272,9 @@ def test_two_ranks_of_an_fp16_model_sample_the_one_gpu_kernels_tokens(monkeypatc
 
 def test_a_ranks_count_tasks_cover_its_peers_shards_and_feed_its_draw():
     """An fp16 model's rank counts its peers' logits in count tasks of at most COUNT_CHUNK ids each: together
-    every id outside its own shard once, each reading both step parities of its whole logits (so it waits for
-    the peers' sends and its own keysend); the argmax depends on all of them. fp32 logits (searched) have none."""
+    every id outside its own shard once, each reading both step parities of its whole logits (fp16 as stored; so
+    it waits for the peers' sends and its own keysend); the argmax depends on all of them. fp32 logits (searched)
+    have none."""
     from kogc.scheduler.tasks import A_H, A_TERM, A_TERM_STRIDE, A_X
     from kogc.scheduler.tile import COUNT_CHUNK
     V, G = 3 * COUNT_CHUNK + 100, 4
@@ -294,7 +295,8 @@ def test_a_ranks_count_tasks_cover_its_peers_shards_and_feed_its_draw():
             keysend = next(t for t in s.tasks if t.kind == "keysend")
             for t in tasks:
                 assert keysend.id in t.deps and any(g >= s.first_remote for g, _ in t.waits)
-                assert {t.args[A_TERM] + t.args[A_X] + p * t.args[A_TERM_STRIDE] for p in (0, 1)} == \
+                # (16-bit values from f32 word A_TERM on: two a word)
+                assert {t.args[A_TERM] + (t.args[A_X] + p * t.args[A_TERM_STRIDE]) // 2 for p in (0, 1)} == \
                     {r.start for r in t.reads}
 
 

@@ -230,12 +230,14 @@ def tile_rank(graph: Graph, ops: list[FusedOp], cfg: TileConfig) -> tuple[list[T
                     cost=TOKEN_KEYS * 8)
             else:
                 # this rank's best key (of its vocabulary shard) to every peer, then the best of all. A
-                # launch with top-k / top-p also copies the shard's logits (fp32) into every rank's whole
-                # logits, [2 step parities][V] after the keys in the receive buffer, for the filter
+                # launch with top-k / top-p also copies the shard's logits (as stored: the model's type) into
+                # every rank's whole logits, [2 step parities][V] after the keys in the receive buffer, for
+                # the filter
                 vocab = graph.meta.get("vocab", logits)
                 own = f"{op.node}.key"
                 lay.alloc(own, "f32", 2, 0)            # one int64 word
-                x = recv_slot(own, 2, op, extra=2 * vocab)
+                words = -(-2 * vocab * es // 4)         # (the copy in the f32 arena's words)
+                x = recv_slot(own, 2, op, extra=words)
                 recv = x.recv
                 whole = lay.at(recv, -1) + 4 * npeer
                 kop = FusedOp("keysend", f"{op.node}.keysend", 0, {}, op.source, op.layer)
@@ -243,7 +245,7 @@ def tile_rank(graph: Graph, ops: list[FusedOp], cfg: TileConfig) -> tuple[list[T
                                A_RECV: lay.at(recv, -1), A_X2: lay.at(p["logits"], -1), A_H: logits,
                                A_ROW0: graph.meta.get("vocab_row0", 0), A_TERM: whole, A_TERM_STRIDE: vocab})
                 new(("keysend", min(1024, next_pow2(logits))), kop, -1, kargs, [lay.region(p["logits"], -1, 0, logits)],
-                    [lay.region(own, -1, 0, 2), Region("f32", whole, whole + 2 * vocab)],
+                    [lay.region(own, -1, 0, 2), Region("f32", whole, whole + words)],
                     cost=TOKEN_KEYS * 8 + 8 * npeer)
                 x.sends.append(tasks[-1].id)
                 # (the ranked argmax reads one key of its own at A_KEYS, its peers' at A_X, and with top-k /
@@ -499,7 +501,7 @@ COUNT_CHUNK = 4096      # a peer's logits counted a task: about 28 tasks for lan
 
 def _count_peer_shards(op: FusedOp, new, whole: int, vocab: int, own: tuple[int, int], hist: int) -> Region:
     """A rank's count tasks: its peers' logits, as they arrive in its whole logits (`whole`, [2 step parities]
-    [vocab]), counted per 16-bit key into the argmax's counts in chunks of COUNT_CHUNK ids, spread over programs
+    [vocab] 16-bit values from f32 word `whole` on), counted per 16-bit key into the argmax's counts in chunks of COUNT_CHUNK ids, spread over programs
     (its own shard's its LM head counts). Each reads its chunk of both parities (so it waits for the peers' sends
     and for this rank's keysend, after this rank's previous token: the previous draw cleared the counts) and
     writes the counts; the argmax reads them (the region returned)."""
@@ -510,7 +512,7 @@ def _count_peer_shards(op: FusedOp, new, whole: int, vocab: int, own: tuple[int,
     for k, (c0, c1) in enumerate(chunks):
         args = _args({A_TERM: whole, A_TERM_STRIDE: vocab, A_X: c0, A_H: c1 - c0, A_HIST: hist, A_SLOT: k})
         new(("count", min(1024, next_pow2(COUNT_CHUNK))), cop, -1, args,
-            [Region("f32", whole + c0, whole + c1), Region("f32", whole + vocab + c0, whole + vocab + c1)], [counts],
+            [Region("f32", whole + (p * vocab + c0) // 2, whole + (p * vocab + c1 + 1) // 2) for p in (0, 1)], [counts],
             cost=4 * (c1 - c0))
     return counts
 
