@@ -144,7 +144,13 @@ def test_16_bit_logits_draw_from_the_allowed_set():
                 tok = toks[pos - len(prompt) + 1]
                 allowed = intended(logits.float(), 1.0, kwargs.get("top_k", 0), kwargs.get("top_p", 1.0)) > 0
                 assert allowed[tok], f"{kwargs}: token {tok} at {pos + 1} outside {allowed.nonzero().tolist()}"
-        assert not ck.buffers.F32[hist:hist + HIST_WORDS].any(), "counts or key ranges left for the next draw"
+        assert not ck.buffers.F32[hist:hist + 2 * HIST_WORDS].any(), "counts or key ranges left for the next launch"
+    # each draw leaves its counts to the next one, which clears them before its wait; a draw that stops the
+    # launch at an EOS id clears its own
+    kw = dict(temperature=1.0, seed=5, top_p=0.3)
+    first = ck.generate(prompt, 1, **kw)
+    assert ck.generate(prompt, 3, eos_token_id=first[0], **kw) == first
+    assert not ck.buffers.F32[hist:hist + 2 * HIST_WORDS].any(), "a launch stopped at EOS left counts"
     # two programs: the LM head's tasks come in runs (_matvec_run), which count the same
     runs = kogc.compile(model, num_programs=2)
     assert any(v[4] == "store_argmax" for v in runs.schedule.run_variants)

@@ -44,7 +44,7 @@ def render(schedule: Schedule, kernel_name: str = KERNEL_NAME, interpret: bool =
         scaled=int(schedule.tile_config.weights == "fp8"), esize=schedule.weight_esize,
         # (a prefetch changes no value: left out under the interpreter, which has no inline assembly)
         step_prefetch_elems=0 if interpret else step_prefetch_elements(schedule), token_keys=T.TOKEN_KEYS, max_stop=T.MAX_STOP,
-        hist_bins=T.HIST_BINS,
+        hist_bins=T.HIST_BINS, hist_words=T.HIST_WORDS,
         # the LM head's tasks count their logits per 16-bit key for top-k / top-p (a rank's its shard, its
         # count tasks its peers' shards as they arrive; fp32 logits are searched)
         count_logits=ESIZE[schedule.dtype] == 2,

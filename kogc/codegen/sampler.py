@@ -12,7 +12,8 @@ def _run(name: str, logits: torch.Tensor, out: torch.Tensor, interpret: bool | N
     """One program of the sampler source's kernel `name` over `logits` (blocks of up to 1,024)."""
     if interpret is None:
         interpret = not logits.is_cuda
-    source = _ENV.get_template("sampler.py.j2").render(hist_bins=HIST_BINS, token_keys=TOKEN_KEYS)
+    source = _ENV.get_template("sampler.py.j2").render(hist_bins=HIST_BINS, token_keys=TOKEN_KEYS,
+                                                                  hist_words=HIST_WORDS)
     kernel, _ = load_kernel(source, interpret, name=name)
     V = logits.numel()
     hist = torch.zeros(HIST_WORDS, dtype=torch.int32, device=logits.device)    # counts per 16-bit key (HIST)

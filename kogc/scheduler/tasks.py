@@ -43,9 +43,11 @@ TOKEN_KEYS = 128    # the LM head's tasks fold their (max, row) into key (task %
                     # next step's folds come after the argmax clears them through the token they wait for
 WAIT_SKIPPING_KINDS = ("count",)     # Task.may_skip_waits
 HIST_BINS = 1 << 16     # one count per 16-bit order key (kogc/codegen/templates/sampling.j2)
-HIST_WORDS = 3 * HIST_BINS + 2 * TOKEN_KEYS    # the counts, then the LM head's tasks' largest and smallest keys, each
-                                               # folded into word (task % TOKEN_KEYS) like the token keys, then per
-                                               # key the largest (random number, id) of its logits (int64 each)
+HIST_WORDS = 3 * HIST_BINS + 2 * TOKEN_KEYS + 64    # the counts, then the LM head's tasks' largest and smallest keys,
+                                                    # each folded into word (task % TOKEN_KEYS) like the token keys,
+                                                    # then per key the largest (random number, id) of its logits (int64
+                                                    # each), then the keys a deferred clear leaves (2 words, padded to
+                                                    # 128 bytes). The kernel keeps two: one per step parity
 MAX_STOP = 4        # token ids one generation can stop at (the kernel's scalar arguments stop0..; Llama 3.1's
                     # instruct models name 3)
 SELECT_CODES = {None: 0, "own": 1, "others": 2, "all": 3}

@@ -292,7 +292,7 @@ def _tile_matvec(op, by, lay, val, new, cfg, es, lanes_of, sent=(), recv_slot=No
         lay.alloc(f"{op.node}.keys", "f32", 2 * TOKEN_KEYS, 0)     # int64 each
         # top-k / top-p's counts per 16-bit key, made by these tasks or by the argmax task, which clears them. Not
         # regions, as the keys are not: the argmax waits for every task here, the next step's come after its token
-        lay.alloc(f"{op.node}.hist", "f32", HIST_WORDS, 0)
+        lay.alloc(f"{op.node}.hist", "f32", 2 * HIST_WORDS, 0)     # (one per step parity)
     L = max(op.lanes, 1)
     hd = p.get("head_dim", 0)
     combine = by[p["x"]] if pro == ATTN_COMBINE else None
@@ -506,7 +506,7 @@ def _count_peer_shards(op: FusedOp, new, whole: int, vocab: int, own: tuple[int,
     and for this rank's keysend, after this rank's previous token: the previous draw cleared the counts) and
     writes the counts; the argmax reads them (the region returned)."""
     cop = FusedOp("count", f"{op.node}.count", 0, {}, op.source, op.layer)
-    counts = Region("f32", hist, hist + HIST_WORDS)
+    counts = Region("f32", hist, hist + 2 * HIST_WORDS)
     chunks = [(c, min(c + COUNT_CHUNK, hi)) for lo, hi in ((0, own[0]), (own[1], vocab))
               for c in range(lo, hi, COUNT_CHUNK)]
     for k, (c0, c1) in enumerate(chunks):
