@@ -21,8 +21,8 @@ import triton
 import triton.language as tl
 
 from kogc.codegen.loader import load_kernel
-from kogc.codegen.render import _ENV
-from kogc.scheduler.tasks import HIST_BINS, HIST_WORDS, TOKEN_KEYS
+from kogc.codegen.sampler import sampler_source
+from kogc.scheduler.tasks import HIST_WORDS
 
 VOCAB = 128256          # laneformer-2b's
 BLOCK = 2048            # the bisection's block (the argmax task's: kogc.scheduler.tile)
@@ -158,7 +158,7 @@ def main():
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--out", help="write the rows as JSON here")
     a = ap.parse_args()
-    src = _ENV.get_template("sampler.py.j2").render(hist_bins=HIST_BINS, token_keys=TOKEN_KEYS) + PROBE
+    src = sampler_source() + PROBE
     threshold, _ = load_kernel(src, False, name="probe_threshold")
     draw, _ = load_kernel(src, False, name="probe_draw")
     g = torch.Generator().manual_seed(0)

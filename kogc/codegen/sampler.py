@@ -8,13 +8,17 @@ from .loader import interpreter, load_kernel
 from .render import _ENV
 
 
+def sampler_source() -> str:
+    """The sampler's Python source: the monokernel's sampling code (sampling.j2, with the kernel's sizes) and the
+    kernels that run it alone; probes append theirs."""
+    return _ENV.get_template("sampler.py.j2").render(hist_bins=HIST_BINS, token_keys=TOKEN_KEYS, hist_words=HIST_WORDS)
+
+
 def _run(name: str, logits: torch.Tensor, out: torch.Tensor, interpret: bool | None, *args) -> None:
     """One program of the sampler source's kernel `name` over `logits` (blocks of up to 1,024)."""
     if interpret is None:
         interpret = not logits.is_cuda
-    source = _ENV.get_template("sampler.py.j2").render(hist_bins=HIST_BINS, token_keys=TOKEN_KEYS,
-                                                                  hist_words=HIST_WORDS)
-    kernel, _ = load_kernel(source, interpret, name=name)
+    kernel, _ = load_kernel(sampler_source(), interpret, name=name)
     V = logits.numel()
     hist = torch.zeros(HIST_WORDS, dtype=torch.int32, device=logits.device)    # counts per 16-bit key (HIST)
     with interpreter(interpret):
