@@ -12,6 +12,8 @@ give), R times in one launch (steps 0..R-1), in five forms, the first three the 
     words      and the word atomic with its Philox number (COUNT 2: the count task's form)
     no-random  the count and word atomics, the word the id alone (no Philox: not a uniform draw)
     random     the Philox words computed and summed, no atomics
+    hash       the count and word atomics, the word's random number a 32-bit hash of (seed, step, id) (murmur3's
+               finaliser) instead of Philox
 
 us a pass = a launch's time / R, the median of N launches (CUDA events), each program of 4 warps as the
 monokernel's; P = 1 (one task alone) and 28 (a rank's tasks at once, on as many SMs). The counts are checked
@@ -34,13 +36,33 @@ from kogc.scheduler.tasks import HIST_BINS, HIST_WORDS, TOKEN_KEYS
 VOCAB = 128256          # laneformer-2b's
 CHUNK = 4096            # a count task's ids (kogc.scheduler.tile.COUNT_CHUNK)
 BLOCK = 1024            # its block (min(1024, COUNT_CHUNK))
-MODES = {"keys": 0, "counts": 1, "words": 2, "no-random": 3, "random": 4}
+MODES = {"keys": 0, "counts": 1, "words": 2, "no-random": 3, "random": 4, "hash": 5}
 
 PROBE = '''
 
 @triton.jit
+def _mix32(h):
+    """murmur3's finaliser (fmix32): a bijection of 32-bit words in which every output bit depends on every input
+    bit."""
+    h = h ^ (h >> 16)
+    h = h * tl.full((), 0x85EBCA6B, tl.uint32)
+    h = h ^ (h >> 13)
+    h = h * tl.full((), 0xC2B2AE35, tl.uint32)
+    return h ^ (h >> 16)
+
+
+@triton.jit
+def _hash_word(idx, step, seed):
+    """_draw_word with a hash for Philox: the step's key mixed once, each id spread by the golden ratio, then mixed."""
+    k = _mix32(seed.to(tl.uint32) ^ _mix32(step.to(tl.uint32) + tl.full((), 0x9E3779B9, tl.uint32)))
+    r = _mix32(idx.to(tl.uint32) * tl.full((), 0x9E3779B1, tl.uint32) + k)
+    return (r.to(tl.int64) << 31) | (0x7FFFFFFF - idx).to(tl.int64)
+
+
+@triton.jit
 def _probe_pass(LOGITS, V, HIST, KEYDT: tl.constexpr, BLOCK: tl.constexpr, MODE: tl.constexpr, i0, step, seed):
-    """no-random (3): the count and word atomics, the word the id alone; random (4): the words summed."""
+    """no-random (3): the count and word atomics, the word the id alone; random (4): the words summed; hash (5):
+    the count and word atomics, the word _hash_word."""
     acc = tl.zeros([BLOCK], tl.int64)
     nxt = _block(LOGITS, V, 0, BLOCK)
     b0 = 0
@@ -52,6 +74,10 @@ def _probe_pass(LOGITS, V, HIST, KEYDT: tl.constexpr, BLOCK: tl.constexpr, MODE:
         if MODE == 3:
             tl.atomic_add(HIST + k + HIST_BINS // 2, 1, mask=live, sem="relaxed")
             tl.atomic_max(_key_draws(HIST) + k + HIST_BINS // 2, (0x7FFFFFFF - (i0 + i)).to(tl.int64), mask=live,
+                          sem="relaxed")
+        elif MODE == 5:
+            tl.atomic_add(HIST + k + HIST_BINS // 2, 1, mask=live, sem="relaxed")
+            tl.atomic_max(_key_draws(HIST) + k + HIST_BINS // 2, _hash_word(i0 + i, step, seed), mask=live,
                           sem="relaxed")
         else:
             acc += tl.where(live, _draw_word(i0 + i, step, seed), 0)
@@ -94,7 +120,7 @@ def check(interpret, device):
     logits = (torch.randn(V) * 2).half().to(device)
     logits[5:9] = logits[4]                         # a key of several logits
     P = -(-V // chunk)
-    for name in ("counts", "words", "no-random"):
+    for name in ("counts", "words", "no-random", "hash"):
         hist = torch.zeros(HIST_WORDS, dtype=torch.int32, device=device)
         sink = torch.zeros(P, dtype=torch.int64, device=device)
         with interpreter(interpret):
