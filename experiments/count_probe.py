@@ -5,7 +5,7 @@ key into the draw's counts and folds each logit's word (a Philox number above, i
 (`_key_range` with COUNT 2): a random number and two relaxed atomics a logit. Profiled on rank 0 of 8 mirrored
 (laneformer-2b, `docs/multi-gpu.md`), a count task's body took about 12 us, 28 of them at once. Here P programs
 each count their own chunk of 4,096 ids of one vector of 128,256 fp16 logits (random normal, as random weights
-give), R times in one launch (steps 0..R-1), in five forms, the first three the kernel's own code:
+give), R times in one launch (steps 0..R-1), in six forms, the first three the kernel's own code:
 
     keys       the pass alone: the loads, the order keys, the range (COUNT 0)
     counts     and the count atomic (COUNT 1)
@@ -16,8 +16,8 @@ give), R times in one launch (steps 0..R-1), in five forms, the first three the 
                finaliser) instead of Philox
 
 us a pass = a launch's time / R, the median of N launches (CUDA events), each program of 4 warps as the
-monokernel's; P = 1 (one task alone) and 28 (a rank's tasks at once, on as many SMs). The counts are checked
-against torch's and the words against a torch fold of the same Philox numbers' ids.
+monokernel's; P = 1 (one task alone) and 28 (a rank's tasks at once, on as many SMs). First, on a small vector,
+the counts are checked against torch's and every key's word against naming one of that key's logits.
 
     PYTHONPATH=. python experiments/count_probe.py --out $OUT/count-probe.json
     TRITON_INTERPRET=1 PYTHONPATH=. python experiments/count_probe.py --check     # the checks alone, on the CPU
