@@ -256,9 +256,11 @@ def test_two_ranks_on_one_gpu_sample_the_one_gpu_kernels_tokens(dtype, monkeypat
 def test_two_ranks_of_an_fp16_model_sample_the_one_gpu_kernels_tokens(monkeypatch):
     """top-k and top-p over a rank's fp32 copy of an fp16 model's logits count them per 16-bit key, as the one-GPU
     kernel does over its fp16 logits: the same tokens, and every count cleared after each draw (interpreter). The
-    peers' shards in chunks of 48 ids: several count tasks a rank, the last of a peer's range shorter."""
+    peers' shards in chunks of 48 ids: several count tasks a rank, the last of a peer's range shorter; each
+    keysend copies its shard in blocks of 32 (the last shorter)."""
     from kogc.scheduler.tasks import A_HIST, HIST_WORDS
     monkeypatch.setattr("kogc.scheduler.tile.COUNT_CHUNK", 48)
+    monkeypatch.setattr("kogc.scheduler.tile.KEYSEND_BLOCK", 32)
     model = tiny(seed=3, vocab_size=250, num_hidden_layers=2, num_lanes=2, dtype=torch.float16)
     single, ranked = kogc.compile(model), kogc.compile(model, gpus=2, one_gpu=True)
     assert [sum(t.kind == "count" for t in s.tasks) for s in ranked.schedules] == [3, 3]     # 125 ids: 48, 48, 29

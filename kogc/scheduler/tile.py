@@ -244,7 +244,7 @@ def tile_rank(graph: Graph, ops: list[FusedOp], cfg: TileConfig) -> tuple[list[T
                 kargs = _args({A_X: lay.at(f"{p['logits']}.keys", -1), A_OUT: lay.at(own, -1),
                                A_RECV: lay.at(recv, -1), A_X2: lay.at(p["logits"], -1), A_H: logits,
                                A_ROW0: graph.meta.get("vocab_row0", 0), A_TERM: whole, A_TERM_STRIDE: vocab})
-                new(("keysend", min(1024, next_pow2(logits))), kop, -1, kargs, [lay.region(p["logits"], -1, 0, logits)],
+                new(("keysend", min(KEYSEND_BLOCK, next_pow2(logits))), kop, -1, kargs, [lay.region(p["logits"], -1, 0, logits)],
                     [lay.region(own, -1, 0, 2), Region("f32", whole, whole + words)],
                     cost=TOKEN_KEYS * 8 + 8 * npeer)
                 x.sends.append(tasks[-1].id)
@@ -496,6 +496,8 @@ def _rows(N, K, es, tile_bytes, p) -> int:
     return rows
 
 
+KEYSEND_BLOCK = 4096    # the keysend's block of its shard's logits copied to the peers (one program; 1,024 a block
+                        # left it waiting for a load's L2 round trip 16 times for laneformer-2b at G = 8)
 COUNT_CHUNK = 4096      # a peer's logits counted a task: about 28 tasks for laneformer-2b's peers' shards on 8 GPUs
 
 
