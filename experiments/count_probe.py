@@ -1,19 +1,20 @@
 """Probe (one NVIDIA GPU): where a rank's count task's time goes.
 
 A rank's count task (kogc/codegen/templates/tail.j2, `_count_shard`) counts 4,096 of its peers' logits per 16-bit
-key into the draw's counts and folds each logit's word (a Philox number above, its id below) into its key's word
-(`_key_range` with COUNT 2): a random number and two relaxed atomics a logit. Profiled on rank 0 of 8 mirrored
-(laneformer-2b, `docs/multi-gpu.md`), a count task's body took about 12 us, 28 of them at once. Here P programs
-each count their own chunk of 4,096 ids of one vector of 128,256 fp16 logits (random normal, as random weights
-give), R times in one launch (steps 0..R-1), in six forms, the first three the kernel's own code:
+key into the draw's counts and folds each logit's word (a 32-bit hash of seed, step and id above, its id below) into
+its key's word (`_key_range` with COUNT 2): a hash and two relaxed atomics a logit. Profiled on rank 0 of 8 mirrored
+(laneformer-2b, `docs/multi-gpu.md`, with Philox's numbers then), a count task's body took about 12 us, 28 of them
+at once. Here P programs each count their own chunk of 4,096 ids of one vector of 128,256 fp16 logits (random
+normal, as random weights give), R times in one launch (steps 0..R-1), in six forms, the first three the kernel's
+own code:
 
     keys       the pass alone: the loads, the order keys, the range (COUNT 0)
     counts     and the count atomic (COUNT 1)
-    words      and the word atomic with its Philox number (COUNT 2: the count task's form)
-    no-random  the count and word atomics, the word the id alone (no Philox: not a uniform draw)
-    random     the Philox words computed and summed, no atomics
-    hash       the count and word atomics, the word's random number a 32-bit hash of (seed, step, id) (murmur3's
-               finaliser) instead of Philox
+    words      and the word atomic with its hash (COUNT 2: the count task's form)
+    no-random  the count and word atomics, the word the id alone (no hash: not a uniform draw)
+    random     the hashed words computed and summed, no atomics
+    philox     the count and word atomics, the word's random number from Philox (tl.randint) instead of the hash:
+               the kernel's form before the hash
 
 us a pass = a launch's time / R, the median of N launches (CUDA events), each program of 4 warps as the
 monokernel's; P = 1 (one task alone) and 28 (a rank's tasks at once, on as many SMs). First, on a small vector,
@@ -36,33 +37,22 @@ from kogc.scheduler.tasks import HIST_BINS, HIST_WORDS, TOKEN_KEYS
 VOCAB = 128256          # laneformer-2b's
 CHUNK = 4096            # a count task's ids (kogc.scheduler.tile.COUNT_CHUNK)
 BLOCK = 1024            # its block (min(1024, COUNT_CHUNK))
-MODES = {"keys": 0, "counts": 1, "words": 2, "no-random": 3, "random": 4, "hash": 5}
+MODES = {"keys": 0, "counts": 1, "words": 2, "no-random": 3, "random": 4, "philox": 5}
 
 PROBE = '''
 
 @triton.jit
-def _mix32(h):
-    """murmur3's finaliser (fmix32): a bijection of 32-bit words in which every output bit depends on every input
-    bit."""
-    h = h ^ (h >> 16)
-    h = h * tl.full((), 0x85EBCA6B, tl.uint32)
-    h = h ^ (h >> 13)
-    h = h * tl.full((), 0xC2B2AE35, tl.uint32)
-    return h ^ (h >> 16)
-
-
-@triton.jit
-def _hash_word(idx, step, seed):
-    """_draw_word with a hash for Philox: the step's key mixed once, each id spread by the golden ratio, then mixed."""
-    k = _mix32(seed.to(tl.uint32) ^ _mix32(step.to(tl.uint32) + tl.full((), 0x9E3779B9, tl.uint32)))
-    r = _mix32(idx.to(tl.uint32) * tl.full((), 0x9E3779B1, tl.uint32) + k)
-    return (r.to(tl.int64) << 31) | (0x7FFFFFFF - idx).to(tl.int64)
+def _philox_word(idx, step, seed):
+    """_draw_word with Philox's number for the hash's (tl.randint keyed like _gumbel, counter idx): the kernel's
+    word before the hash."""
+    r = tl.randint(_philox_key(seed, step), idx).to(tl.int64) & 0xFFFFFFFF
+    return (r << 31) | (0x7FFFFFFF - idx).to(tl.int64)
 
 
 @triton.jit
 def _probe_pass(LOGITS, V, HIST, KEYDT: tl.constexpr, BLOCK: tl.constexpr, MODE: tl.constexpr, i0, step, seed):
-    """no-random (3): the count and word atomics, the word the id alone; random (4): the words summed; hash (5):
-    the count and word atomics, the word _hash_word."""
+    """no-random (3): the count and word atomics, the word the id alone; random (4): the words summed; philox (5):
+    the count and word atomics, the word _philox_word."""
     acc = tl.zeros([BLOCK], tl.int64)
     nxt = _block(LOGITS, V, 0, BLOCK)
     b0 = 0
@@ -77,7 +67,7 @@ def _probe_pass(LOGITS, V, HIST, KEYDT: tl.constexpr, BLOCK: tl.constexpr, MODE:
                           sem="relaxed")
         elif MODE == 5:
             tl.atomic_add(HIST + k + HIST_BINS // 2, 1, mask=live, sem="relaxed")
-            tl.atomic_max(_key_draws(HIST) + k + HIST_BINS // 2, _hash_word(i0 + i, step, seed), mask=live,
+            tl.atomic_max(_key_draws(HIST) + k + HIST_BINS // 2, _philox_word(i0 + i, step, seed), mask=live,
                           sem="relaxed")
         else:
             acc += tl.where(live, _draw_word(i0 + i, step, seed), 0)
@@ -120,7 +110,7 @@ def check(interpret, device):
     logits = (torch.randn(V) * 2).half().to(device)
     logits[5:9] = logits[4]                         # a key of several logits
     P = -(-V // chunk)
-    for name in ("counts", "words", "no-random", "hash"):
+    for name in ("counts", "words", "no-random", "philox"):
         hist = torch.zeros(HIST_WORDS, dtype=torch.int32, device=device)
         sink = torch.zeros(P, dtype=torch.int64, device=device)
         with interpreter(interpret):
