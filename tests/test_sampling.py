@@ -47,9 +47,11 @@ def chi_square_ok(tokens, probs, z=3.09):
 
 @pytest.mark.parametrize("kwargs,draws", [(dict(temperature=0.7), 400),        # (interpreter draws cost
                                           (dict(temperature=0.7, top_k=3), 80),  # ~0.05 s, ~0.06 s with a
-                                          (dict(temperature=1.3, top_p=0.6), 60)])   # filter; the filtered
+                                          (dict(temperature=1.3, top_p=0.6), 60),    # filter; the filtered
+                                          (dict(temperature=0.7, top_k=3, top_p=0.7), 80)])
 # sets are 3 tokens, >= 11 expected draws each; top-k's probabilities 0.58 / 0.28 / 0.14 tell a draw that
-# ignores them: uniform draws would give a chi-square near 31 against 13.8)
+# ignores them: uniform draws would give a chi-square near 31 against 13.8; top-p 0.7 of them keeps two,
+# 0.67 / 0.33)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])      # (fp16: drawn off counts per key)
 def test_empirical_distribution_matches(kwargs, draws, dtype):
     tokens = sample_tokens(LOGITS.to(dtype), draws, seed=12345, **kwargs)
