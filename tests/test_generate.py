@@ -148,3 +148,16 @@ def test_kogc_run_prints_tokens_and_rate(tmp_path, capsys):
     assert main(["run", micro, "--config", "micro", "--prompt-ids", "4,9999", "--interpret"]) == 2
     err = capsys.readouterr().err
     assert "outside the vocabulary" in err and "Traceback" not in err
+
+
+def test_kogc_run_refuses_sampling_settings_before_building(capsys):
+    """A setting no model could take is refused before the model is built, compiled or a GPU is asked for:
+    the preset named here would take minutes to build and compile on this machine, and it has no GPU."""
+    from kogc.cli import main
+    for argv, message in ((["--top-p", "1.5"], "top_p must be in (0, 1], got 1.5"),
+                          (["--max-new-tokens", "0"], "max_new_tokens must be >= 1"),
+                          (["--seed", "-3"], "seed must be in [0, 2**31)"),
+                          (["--temperature", "1e-40"], "temperature must be 0 (greedy) or at least")):
+        assert main(["run", "--config", "laneformer-7b", "--prompt-ids", "1,2", *argv]) == 2
+        err = capsys.readouterr().err
+        assert message in err and "built" not in err and "no GPU" not in err, err

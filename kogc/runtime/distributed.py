@@ -14,8 +14,9 @@ import os
 import torch
 
 from ..errors import KogcError
+from ..request import prompt_ids_of
 from ..settings import device_target, tile_config_for
-from .kernel import CompiledKernel, prompt_ids_of, weights_of
+from .kernel import CompiledKernel, weights_of
 
 
 def launched() -> bool:

@@ -17,8 +17,9 @@ import torch
 
 from ..errors import KogcError
 from ..ir.graph import Graph, Op
+from ..request import as_index, prompt_ids_of, stop_ids
 from ..scheduler import Schedule
-from .kernel import CompiledKernel, KernelHangError, as_index, prompt_ids_of, stop_ids
+from .kernel import CompiledKernel, KernelHangError
 
 
 def link_peers(kernels: list[CompiledKernel]) -> None:
