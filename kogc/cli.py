@@ -122,7 +122,7 @@ def _parser() -> argparse.ArgumentParser:
     k.add_argument("--fp32-ref", action="store_true",
                    help="also run the weights upcast to fp32: kogc must be no farther from it than eager is")
     k.add_argument("--seed", type=int, default=0, help="of the random weights (default 0)")
-    k.add_argument("--max-rel-err", type=float,
+    k.add_argument("--max-rel-err", type=positive,
                    help="largest relative error of the logits allowed per step (default 1e-2 for a 16-bit model, "
                         "1e-4 for fp32)")
     k.add_argument("--json", help="also write the results to this file")

@@ -109,6 +109,7 @@ def test_check_under_the_interpreter(tmp_path, capsys):
     (["check", MICRO, "--config", "nope", "--interpret"], "unknown preset"),
     (["check", MICRO, "--config", "micro", "--interpret", "--tile-config", '{"tile_size": 4096}'], "unknown field"),
     (["check", "--steps", "x"], "invalid int value"),
+    (["check", "--max-rel-err", "0"], "--max-rel-err: must be > 0"),
     (["check", MICRO, "--config", "micro", "--interpret", "--json", "/nonexistent-dir/c.json"], "no folder"),
     (["check", MICRO, "--config", "micro", "--interpret", "--json", os.path.dirname(MICRO)], "a folder is there"),
 ])
