@@ -17,6 +17,7 @@ from ..scheduler import Schedule
 from ..scheduler.tasks import MAX_STOP, REMOTE_BIT
 from .buffers import Buffers, allocate
 
+
 class KernelHangError(RuntimeError):
     """A wait in the kernel passed its watchdog bound: names the task and the counter."""
 
