@@ -39,7 +39,7 @@ for i in $(seq 1 "$REPS"); do
 done
 echo "== summary"
 for n in base "${NAMES[@]}"; do
-    for f in "$OUT/$n"-*.log; do
+    for f in "$OUT/$n"-[0-9]*.log; do
         echo "$(basename "$f" .log): $(grep -hE "tok/s|ms/token" "$f" | tail -1)"
     done
 done
