@@ -244,7 +244,8 @@ def tile_rank(graph: Graph, ops: list[FusedOp], cfg: TileConfig) -> tuple[list[T
                 kargs = _args({A_X: lay.at(f"{p['logits']}.keys", -1), A_OUT: lay.at(own, -1),
                                A_RECV: lay.at(recv, -1), A_X2: lay.at(p["logits"], -1), A_H: logits,
                                A_ROW0: graph.meta.get("vocab_row0", 0), A_TERM: whole, A_TERM_STRIDE: vocab})
-                new(("keysend", min(KEYSEND_BLOCK, next_pow2(logits))), kop, -1, kargs, [lay.region(p["logits"], -1, 0, logits)],
+                new(("keysend", min(KEYSEND_BLOCK, next_pow2(logits))), kop, -1, kargs,
+                    [lay.region(p["logits"], -1, 0, logits)],
                     [lay.region(own, -1, 0, 2), Region("f32", whole, whole + words)],
                     cost=TOKEN_KEYS * 8 + 8 * npeer)
                 x.sends.append(tasks[-1].id)
@@ -503,10 +504,10 @@ COUNT_CHUNK = 4096      # a peer's logits counted a task: about 28 tasks for lan
 
 def _count_peer_shards(op: FusedOp, new, whole: int, vocab: int, own: tuple[int, int], hist: int) -> Region:
     """A rank's count tasks: its peers' logits, as they arrive in its whole logits (`whole`, [2 step parities]
-    [vocab] 16-bit values from f32 word `whole` on), counted per 16-bit key into the argmax's counts in chunks of COUNT_CHUNK ids, spread over programs
-    (its own shard's its LM head counts). Each reads its chunk of both parities (so it waits for the peers' sends
-    and for this rank's keysend, after this rank's previous token: the previous draw cleared the counts) and
-    writes the counts; the argmax reads them (the region returned)."""
+    [vocab] 16-bit values from f32 word `whole` on), counted per 16-bit key into the argmax's counts in chunks of
+    COUNT_CHUNK ids, spread over programs (its own shard's its LM head counts). Each reads its chunk of both
+    parities (so it waits for the peers' sends and for this rank's keysend, after this rank's previous token: the
+    previous draw cleared the counts) and writes the counts; the argmax reads them (the region returned)."""
     cop = FusedOp("count", f"{op.node}.count", 0, {}, op.source, op.layer)
     counts = Region("f32", hist, hist + 2 * HIST_WORDS)
     chunks = [(c, min(c + COUNT_CHUNK, hi)) for lo, hi in ((0, own[0]), (own[1], vocab))
