@@ -40,7 +40,9 @@ done
 echo "== summary"
 for n in base "${NAMES[@]}"; do
     for f in "$OUT/$n"-[0-9]*.log; do
-        echo "$(basename "$f" .log): $(grep -hE "tok/s|ms/token" "$f" | tail -1)"
+        line=$(grep -hE "^kogc +[0-9]" "$f" | head -1)   # kogc bench's own row (its header names ms/token)
+        [ -n "$line" ] || line=$(grep -hE "tok/s|ms/token" "$f" | tail -1)
+        echo "$(basename "$f" .log): $line"
     done
 done
 tokens() { grep -hE "^[0-9]+( [0-9]+)+ $" "$OUT/$1.log" | head -1; }
