@@ -58,7 +58,8 @@ class LaneformerConfig:
         if L < 1:
             raise ValueError(f"num_lanes must be >= 1, got {L}")
         if c.hidden_size % c.num_attention_heads:
-            raise ValueError(f"hidden_size {c.hidden_size} is not divisible by num_attention_heads {c.num_attention_heads}")
+            raise ValueError(f"hidden_size {c.hidden_size} is not divisible by "
+                             f"num_attention_heads {c.num_attention_heads}")
         if c.head_dim % 2:
             raise ValueError(f"head_dim {c.head_dim} must be even for RoPE")
         for name, v in (("num_attention_heads", c.num_attention_heads), ("num_key_value_heads", c.kv_heads),
@@ -66,7 +67,8 @@ class LaneformerConfig:
             if v % L:
                 raise ValueError(f"{name} {v} is not divisible by num_lanes {L}")
         if c.num_attention_heads % c.kv_heads:
-            raise ValueError(f"num_attention_heads {c.num_attention_heads} is not a multiple of num_key_value_heads {c.kv_heads}")
+            raise ValueError(f"num_attention_heads {c.num_attention_heads} is not a multiple of "
+                             f"num_key_value_heads {c.kv_heads}")
         if c.broadcast_delay < 1:
             raise ValueError(f"broadcast_delay must be >= 1, got {c.broadcast_delay}")
         if c.lm_head_type != "replicate":
