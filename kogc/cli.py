@@ -428,20 +428,20 @@ def cmd_run(args) -> int:
 
     from .request import check_request
     text = None
-    if args.prompt is None:     # what the model does not decide is refused before it is built and compiled
+    if args.prompt is not None:     # text: tokenized by the model's own tokenizer (CPU, no weights loaded)
+        text = TextStream(args)
+        prompt = text.ids
+        args.eos_id = (text.eos or None) if args.eos_id is None else args.eos_id
+    else:
         try:
             prompt = [int(x) for x in args.prompt_ids.split(",") if x.strip()]
         except ValueError:
             return fail(f"--prompt-ids must be comma-separated integers, got {args.prompt_ids!r}")
-        check_request(prompt, args.max_new_tokens, args.temperature, args.top_k, args.top_p, args.seed, args.eos_id)
+    # what the model does not decide is refused before it is built and compiled or a GPU is asked for
+    check_request(prompt, args.max_new_tokens, args.temperature, args.top_k, args.top_p, args.seed, args.eos_id)
     refused = needs_gpu(args, "kogc run needs a CUDA GPU (use --interpret to run a small preset on the CPU)")
     if refused is not None:
         return refused
-    if args.prompt is not None:
-        text = TextStream(args)
-        prompt = text.ids
-        args.eos_id = (text.eos or None) if args.eos_id is None else args.eos_id
-        check_request(prompt, args.max_new_tokens, args.temperature, args.top_k, args.top_p, args.seed, args.eos_id)
     from .api import compile as kogc_compile
     from .frontend.model_file import build_model
     if args.compensate_head and args.weights != "fp8":
