@@ -7,7 +7,8 @@ import sys
 import tempfile
 import time
 
-from .cli_common import OUTPUT_FILES, fail, needs_gpu, parse_floats, parse_ints, parse_tile_config, save_json
+from .cli_common import (OUTPUT_FILES, fail, needs_gpu, parse_floats, parse_ints, parse_tile_config, save_json,
+                         use_interpreter)
 from .cli_model import (TextStream, compensated_head, model_args, model_overrides, non_negative, positive, positive_int,
                         resolve_model)
 from .errors import KogcError
@@ -23,7 +24,10 @@ def _tile_json(args) -> str | None:
     import json
     if getattr(args, "weights", "model") == "model":
         return args.tile_config
-    fields = json.loads(args.tile_config) if args.tile_config else {}
+    try:
+        fields = json.loads(args.tile_config) if args.tile_config else {}
+    except json.JSONDecodeError:
+        fields = None
     if not isinstance(fields, dict):
         return args.tile_config       # (tile_config_from_json names the error)
     return json.dumps({**fields, "weights": args.weights})
@@ -296,13 +300,20 @@ def cmd_bench(args) -> int:
         return fail("--mirror runs rank 0 of G ranks: give --gpus G with G >= 2")
     if args.mirror and args.one_gpu:
         return fail("--mirror runs rank 0 alone, --one-gpu every rank side by side: give one of them")
+    # the arguments first, so that a bad one is named on a machine without a GPU too
+    contexts = parse_ints(args.context, "--context")
+    presets = [x for x in (args.config or "").split(",") if x]
+    overrides = model_overrides(args)
+    tile_config = parse_tile_config(_tile_json(args) if args.scaling else args.tile_config)
+    from .bench import ALL_BASELINES
+    baselines = [b for b in args.baselines.split(",") if b]
+    bad = [b for b in baselines if b not in ALL_BASELINES]
+    if bad:
+        return fail(f"unknown baseline {bad[0]!r}; known: {', '.join(ALL_BASELINES)}")
     refused = needs_gpu(args, "kogc bench measures on a CUDA GPU (use --interpret for CPU figures of kogc and eager "
                               "on a small preset)")
     if refused is not None:
         return refused
-    contexts = parse_ints(args.context, "--context")
-    presets = [x for x in (args.config or "").split(",") if x]
-    overrides = model_overrides(args)
     if args.scaling:
         if args.profile or args.task_times:
             return fail("--scaling times kogc alone: --profile and --task-times do not apply")
@@ -310,8 +321,7 @@ def cmd_bench(args) -> int:
         save = (lambda res: save_json(res, args.json, quiet=True)) if args.json else None
         res = run_scaling(args.model_file, [None] if args.checkpoint or not presets else presets, contexts,
                           steps=args.steps, reps=args.reps, interpret=args.interpret, checkpoint=args.checkpoint,
-                          overrides=overrides,
-                          tile_config=parse_tile_config(_tile_json(args)), on_row=save)
+                          overrides=overrides, tile_config=tile_config, on_row=save)
         print(format_scaling(res))
         if args.json:
             save_json(res, args.json)
@@ -324,16 +334,12 @@ def cmd_bench(args) -> int:
         return bench_ranks(args, preset, contexts[0], overrides)
     if args.task_times and (not args.profile or args.interpret):
         return fail("--task-times writes the stamps of a profiled step: it needs --profile (on a GPU)")
-    from .bench import ALL_BASELINES, format_table, run_bench, write_json
-    baselines = [b for b in args.baselines.split(",") if b]
-    bad = [b for b in baselines if b not in ALL_BASELINES]
-    if bad:
-        return fail(f"unknown baseline {bad[0]!r}; known: {', '.join(ALL_BASELINES)}")
+    from .bench import format_table, run_bench, write_json
     try:
         res = run_bench(args.model_file, preset, context=contexts[0],
                         steps=args.steps, reps=args.reps, baselines=baselines, interpret=args.interpret,
                         profile=args.profile, checkpoint=args.checkpoint, overrides=overrides,
-                        kogc_options={"tile_config": parse_tile_config(args.tile_config), "weights": args.weights},
+                        kogc_options={"tile_config": tile_config, "weights": args.weights},
                         task_times=args.task_times)
     except ValueError as e:
         return fail(str(e))
@@ -356,6 +362,8 @@ def _cmd_predict(args) -> int:
 
 
 def cmd_check(args) -> int:
+    prompt = parse_ints(args.prompt_ids, "--prompt-ids")      # (bad arguments named before the GPU check)
+    tile_config = parse_tile_config(args.tile_config)
     refused = needs_gpu(args, "kogc check runs the kernel on a CUDA GPU (use --interpret for a CPU smoke test on "
                               "the tiny preset)")
     if refused is not None:
@@ -363,7 +371,6 @@ def cmd_check(args) -> int:
     from .check import format_check, run_check
     if args.gpus != 1 and _ranks_started(args):
         return 0
-    prompt = parse_ints(args.prompt_ids, "--prompt-ids")
     default = 2 if args.interpret else 256
     from .frontend.model_file import is_transformers_dir
     preset = None if args.checkpoint or is_transformers_dir(args.model_file) else \
@@ -371,8 +378,7 @@ def cmd_check(args) -> int:
     res = run_check(args.model_file, preset, steps=default if args.steps is None else args.steps,
                     generate=default if args.generate is None else args.generate, prompt=prompt,
                     fp32_ref=args.fp32_ref, seed=args.seed, checkpoint=args.checkpoint,
-                    overrides=model_overrides(args),
-                    tile_config=parse_tile_config(args.tile_config), interpret=args.interpret,
+                    overrides=model_overrides(args), tile_config=tile_config, interpret=args.interpret,
                     max_rel_err=args.max_rel_err, gpus=args.gpus, one_gpu=args.one_gpu, weights=args.weights)
     print(format_check(res))
     if args.json:
@@ -384,15 +390,16 @@ def cmd_sweep(args) -> int:
     if (args.gpus != 1) != args.mirror or args.gpus < 1:
         return fail("kogc sweep times one kernel: --gpus G (G >= 2) goes with --mirror (rank 0 of G, its peers "
                     "mirrored); several GPUs are timed by kogc bench --gpus G")
+    from .bench.sweep import parse_variants, run_sweep
+    contexts = parse_ints(args.context, "--context")          # (bad arguments named before the GPU check)
+    parse_variants(args.variants, args.interpret, _tile_json(args))
     refused = needs_gpu(args, "kogc sweep times on a CUDA GPU (use --interpret for a smoke run on a small preset)")
     if refused is not None:
         return refused
-    from .bench.sweep import run_sweep
-    res = run_sweep(args.model_file, None if args.checkpoint else args.config, args.variants,
-                    parse_ints(args.context, "--context"), steps=args.steps, reps=args.reps, interpret=args.interpret,
-                    checkpoint=args.checkpoint, overrides=model_overrides(args),
-                    out_dir=args.out, json_path=args.json, tile_config=_tile_json(args),
-                    mirror_of=args.gpus if args.mirror else 0)
+    res = run_sweep(args.model_file, None if args.checkpoint else args.config, args.variants, contexts,
+                    steps=args.steps, reps=args.reps, interpret=args.interpret, checkpoint=args.checkpoint,
+                    overrides=model_overrides(args), out_dir=args.out, json_path=args.json,
+                    tile_config=_tile_json(args), mirror_of=args.gpus if args.mirror else 0)
     if args.json:
         print(f"wrote {args.json}", file=sys.stderr)
     return 0 if res["passed"] else 1
@@ -555,6 +562,7 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as e:          # --help (0) or a usage error (2, its line already printed)
         return e.code if isinstance(e.code, int) else 2
     args.argv = list(sys.argv[1:] if argv is None else argv)     # (--gpus G starts G processes with these)
+    use_interpreter(args)
     from .cli_compile import cmd_compile
     try:
         _check_outputs(args)

@@ -60,12 +60,16 @@ def save_json(obj, path: str, quiet: bool = False) -> None:
         print(f"wrote {path}", file=sys.stderr)
 
 
+def use_interpreter(args) -> None:
+    """--interpret: Triton's interpreter set up before anything imports Triton, which reads it once, at import
+    (set later, it would only confuse a process that runs GPU kernels)."""
+    if getattr(args, "interpret", False) and "triton" not in sys.modules:
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
 def needs_gpu(args, what: str) -> int | None:
-    """Set up the interpreter for --interpret (before Triton is imported), or refuse without a GPU."""
+    """Refuse without a GPU unless --interpret."""
     import torch
-    if args.interpret:
-        if "triton" not in sys.modules:    # Triton reads it once, at import (set later, it would only
-            os.environ.setdefault("TRITON_INTERPRET", "1")   # confuse a process that runs GPU kernels)
-    elif not torch.cuda.is_available():
+    if not args.interpret and not torch.cuda.is_available():
         return fail(f"no GPU here: {what}")
     return None

@@ -37,6 +37,7 @@ def _compile(args) -> int:
         return fail("--per-variant writes its binaries and table under --out DIR: give one")
     if args.gpus != 1 and args.per_variant:
         return fail("--per-variant with --gpus: compile one rank's variants with --gpus 1 instead")
+    tile_config = parse_tile_config(args.tile_config)       # (a malformed one is refused before the trace)
     t0 = time.perf_counter()
     total = 2 if args.emit in ("ir", "ir-json") else (5 + args.per_variant if args.out else 3)
     overrides = model_overrides(args)
@@ -52,7 +53,7 @@ def _compile(args) -> int:
     from .scheduler import SchedulerError, build_schedule
     from .settings import tile_config_for
     print_progress(2, total, f"IR has {len(graph.nodes)} nodes; scheduling for {target.name}", t0)
-    cfg = tile_config_for(model, target, parse_tile_config(args.tile_config), weights=args.weights, gpus=args.gpus)
+    cfg = tile_config_for(model, target, tile_config, weights=args.weights, gpus=args.gpus)
     if args.gpus != 1:
         return compile_ranks(args, graph, target, cfg, t0, total)
     try:

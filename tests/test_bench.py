@@ -156,6 +156,26 @@ def test_bench_without_gpu_says_so(capsys):
     assert err.startswith("kogc: error: no GPU here") and "\n" not in err
 
 
+@pytest.mark.parametrize("argv, message", [
+    (["bench", MODEL_FILE, "--config", "tiny", "--baselines", "foo"], "unknown baseline 'foo'"),
+    (["bench", MODEL_FILE, "--config", "tiny", "--tile-config", "{bad"], "tile config is not JSON"),
+    (["bench", MODEL_FILE, "--config", "tiny", "--scaling", "--weights", "fp8", "--tile-config", "{bad"],
+     "tile config is not JSON"),
+    (["check", MODEL_FILE, "--config", "tiny", "--prompt-ids", "a"], "--prompt-ids must be comma-separated"),
+    (["sweep", MODEL_FILE, "--config", "tiny", "--variants", "[1]"], "--variants must be a JSON list"),
+    (["sweep", MODEL_FILE, "--config", "tiny", "--weights", "fp8", "--tile-config", "{bad"], "tile config is not JSON"),
+    (["compile", MODEL_FILE, "--config", "tiny", "--tile-config", "{bad", "--out", "unused"], "tile config is not JSON"),
+])
+def test_bad_arguments_are_named_before_any_work(argv, message, capsys):
+    """A bad argument is named in one line, also where there is no GPU to run on (not "no GPU here"), and
+    before the model is traced."""
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("kogc: error: ") and message in err[0], err
+    assert "traced" not in captured.out + captured.err
+
+
 def test_profile_summary_from_timestamps():
     """The profiler's summary and trace, on synthetic timestamps (the timer itself needs a GPU)."""
     import json as _json
