@@ -71,7 +71,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="with --out: also compile each task body (code variant) alone and write OUT/variants.txt: "
                         "registers, spills, global loads by width, barriers per variant (about 30 s for "
                         "laneformer-2b)")
-    c.add_argument("--gpus", type=int, default=1, metavar="G",
+    c.add_argument("--gpus", type=positive_int, default=1, metavar="G",
                    help="delayed tensor parallelism: one kernel per rank, the lanes spread over G GPUs; --out "
                         "writes OUT/rank0, OUT/rank1, ... (--emit prints rank 0's)")
     b = sub.add_parser("bench", help="time kogc's kernel against eager, CUDA graphs, torch.compile and a "
@@ -150,7 +150,7 @@ def _parser() -> argparse.ArgumentParser:
     w.add_argument("--out", metavar="DIR", help="where a profiled variant's task times (task-times-CONTEXT[-vI].npz, "
                                                "for kogc analyze) and trace (trace-*.json) go")
     w.add_argument("--interpret", action="store_true", help="no GPU: a smoke run under Triton's interpreter")
-    w.add_argument("--gpus", type=int, default=1, metavar="G", help="with --mirror: the ranks of the schedule timed")
+    w.add_argument("--gpus", type=positive_int, default=1, metavar="G", help="with --mirror: the ranks of the schedule timed")
     w.add_argument("--mirror", action="store_true",
                    help="with --gpus G: every variant is rank 0 of G alone on this GPU, its peers mirrored (as kogc "
                         "bench --mirror), checked against eager on the model with its lane groups copied from rank 0's")
@@ -387,7 +387,7 @@ def cmd_check(args) -> int:
 
 
 def cmd_sweep(args) -> int:
-    if (args.gpus != 1) != args.mirror or args.gpus < 1:
+    if (args.gpus != 1) != args.mirror:
         return fail("kogc sweep times one kernel: --gpus G (G >= 2) goes with --mirror (rank 0 of G, its peers "
                     "mirrored); several GPUs are timed by kogc bench --gpus G")
     from .bench.sweep import parse_variants, run_sweep

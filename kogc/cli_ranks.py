@@ -7,6 +7,7 @@ import sys
 import time
 
 from .cli_common import OUTPUT_FILES, fail, parse_ints, parse_tile_config, print_progress, save_json
+from .cli_model import positive_int
 from .ir.graph import Op
 
 
@@ -43,7 +44,7 @@ def bench_ranks(args, preset: str | None, context: int, overrides: dict) -> int:
 
 
 def gpus_args(p) -> None:
-    p.add_argument("--gpus", type=int, default=1, metavar="G",
+    p.add_argument("--gpus", type=positive_int, default=1, metavar="G",
                    help="delayed tensor parallelism: the model's lanes over G ranks, one kernel each (default 1)")
     p.add_argument("--one-gpu", action="store_true",
                    help="with --gpus G: run all G ranks on this one GPU, each with its share of the programs "
