@@ -150,7 +150,8 @@ def _parser() -> argparse.ArgumentParser:
     w.add_argument("--out", metavar="DIR", help="where a profiled variant's task times (task-times-CONTEXT[-vI].npz, "
                                                "for kogc analyze) and trace (trace-*.json) go")
     w.add_argument("--interpret", action="store_true", help="no GPU: a smoke run under Triton's interpreter")
-    w.add_argument("--gpus", type=positive_int, default=1, metavar="G", help="with --mirror: the ranks of the schedule timed")
+    w.add_argument("--gpus", type=positive_int, default=1, metavar="G",
+                   help="with --mirror: the ranks of the schedule timed")
     w.add_argument("--mirror", action="store_true",
                    help="with --gpus G: every variant is rank 0 of G alone on this GPU, its peers mirrored (as kogc "
                         "bench --mirror), checked against eager on the model with its lane groups copied from rank 0's")
