@@ -164,7 +164,8 @@ def test_bench_without_gpu_says_so(capsys):
     (["check", MODEL_FILE, "--config", "tiny", "--prompt-ids", "a"], "--prompt-ids must be comma-separated"),
     (["sweep", MODEL_FILE, "--config", "tiny", "--variants", "[1]"], "--variants must be a JSON list"),
     (["sweep", MODEL_FILE, "--config", "tiny", "--weights", "fp8", "--tile-config", "{bad"], "tile config is not JSON"),
-    (["compile", MODEL_FILE, "--config", "tiny", "--tile-config", "{bad", "--out", "unused"], "tile config is not JSON"),
+    (["compile", MODEL_FILE, "--config", "tiny", "--tile-config", "{bad", "--out", "unused"],
+     "tile config is not JSON"),
     (["compile", MODEL_FILE, "--config", "tiny", "--gpus", "0", "--out", "unused"], "--gpus: must be >= 1"),
 ])
 def test_bad_arguments_are_named_before_any_work(argv, message, capsys):
