@@ -128,11 +128,59 @@ def test_tp_baseline_takes_the_decoders_shapes():
     assert torch.isfinite(step()).all() and sums == ["sum"] * 2 * shapes.layers + ["max"]
 
 
-def test_mirror_is_refused_for_ordinary_decoders():
+@pytest.mark.parametrize("cls,gpus,cfg", [
+    ("LlamaForCausalLM", 4, dict(tie_word_embeddings=True)),      # one KV head a rank, the head tied
+    # Q, K and V biased, a width of 96, rotate-half RoPE's rows reordered in the views: the copies follow them
+    ("Qwen2ForCausalLM", 2, dict(num_attention_heads=6, num_key_value_heads=2, hidden_size=96, intermediate_size=160)),
+])
+def test_a_mirrored_rank_of_an_ordinary_decoder_computes_the_model_with_copied_lane_groups(cls, gpus, cfg):
+    """Rank 0 of G alone, its peers mirrored: the model whose every rank's KV heads, query heads and MLP slice
+    are copies of rank 0's (copied in the model's own tensors through the lanes' views), on rank 0's
+    vocabulary shard (fp32, 1e-5) and its token that shard's best."""
+    from kogc.bench.against_eager import mirror_lane_groups
+    from kogc.ir.shard import vocab_shard
+    model = hf_model(cls, **{**WIDE, **cfg})
+    step = decode_step(model, max_len=16)
+    before = {k: v.clone() for k, v in step.named_parameters()}
+    mirror_lane_groups(step, gpus)
+    changed = [k for k, v in step.named_parameters() if not torch.equal(v, before[k])]
+    assert any("q_proj" in k for k in changed) and any("down_proj" in k for k in changed)
+    assert not any("norm" in k or "embed" in k for k in changed)
+    ck = kogc.compile(step, gpus=gpus, one_gpu="mirror", tile_config=ONE_SPLIT)
+    lo, n = vocab_shard(model.config.vocab_size, gpus, 0)
+    for pos, tok in enumerate([5, 17, 230]):
+        with torch.no_grad():
+            want, _ = step(torch.tensor(tok), torch.tensor(pos))
+        logits, got = ck.step(tok, pos)
+        assert rel_err(logits, want[lo:lo + n]) < 1e-5, pos
+        assert got == lo + int(want[lo:lo + n].argmax())
+
+
+def test_sweep_of_a_mirrored_rank_of_an_ordinary_decoder(tmp_path, capsys):
+    """`kogc sweep --gpus 2 --mirror` of the single-file Llama: checked against eager on the model with rank 0's
+    KV heads, MLP slice and random cache rows copied over rank 1's (without the cache's copy: another token)."""
+    import json
+    import os
+    from conftest import EXAMPLES
+    from kogc.cli import main
+    out = tmp_path / "sweep.json"
+    assert main(["sweep", os.path.join(EXAMPLES, "llama.py"), "--config", "tiny", "--gpus", "2", "--mirror",
+                 "--interpret", "--context", "5", "--steps", "1", "--reps", "1", "--variants", "[{}]",
+                 "--json", str(out)]) == 0, capsys.readouterr().out
+    (row,) = json.loads(out.read_text())["rows"]
+    assert row["ok"] and row["mirror_of"] == 2 and row["rel_err_vs_eager"] < 1e-5 and row["same_token_as_eager"]
+
+
+def test_the_mirror_refuses_a_bias_kept_on_the_first_lane():
+    # GPT-NeoX's output projections keep their biases on the first lane: every mirrored peer would add it again
+    from test_layer_norm_families import family
     from kogc.errors import KogcError
     from kogc.runtime.ranks import copy_lane_groups
-    step = decode_step(hf_model("LlamaForCausalLM"), max_len=16)
-    with pytest.raises(KogcError, match="--mirror takes a model with lanes"):
+    step = decode_step(family("gpt_neox", num_key_value_heads=8, hidden_size=128, num_attention_heads=8,
+                              intermediate_size=192), max_len=16)
+    with pytest.raises(KogcError, match="added by every mirrored peer"):
+        copy_lane_groups(to_ir(step, gpus=2), dict(step.named_parameters()), 2)
+    with pytest.raises(KogcError, match="one lane; cut it into lanes first"):
         copy_lane_groups(to_ir(step), dict(step.named_parameters()), 2)
 
 

@@ -76,7 +76,8 @@ def mirror_lane_groups(model: torch.nn.Module, gpus: int) -> None:
     `gpus` with its peers mirrored computes (kogc.runtime.ranks.copy_lane_groups)."""
     from ..frontend import to_ir
     from ..runtime.ranks import copy_lane_groups
-    copy_lane_groups(to_ir(model), {**dict(model.named_parameters()), **dict(model.named_buffers())}, gpus)
+    copy_lane_groups(to_ir(model, gpus=gpus), {**dict(model.named_parameters()), **dict(model.named_buffers())},
+                     gpus)
 
 
 def stored_weights(ck) -> str:

@@ -107,7 +107,7 @@ def run_sweep(model_file: str, preset: str | None, variants: str, contexts: list
         from ..frontend import to_ir
         from ..ir.shard import check_shardable
         from ..runtime.ranks import copy_lane_groups
-        full_graph = to_ir(model)
+        full_graph = to_ir(model, gpus=mirror_of)       # (an ordinary decoder cut into its lanes)
         check_shardable(full_graph, mirror_of)
         copy_lane_groups(full_graph, dict(model.named_parameters()), mirror_of)
     dtype = next(model.parameters()).dtype

@@ -34,12 +34,15 @@ def link_peers(kernels: list[CompiledKernel]) -> None:
 
 
 def copy_lane_groups(graph: Graph, tensors: dict[str, torch.Tensor], ranks: int) -> None:
-    """In place: in every laned weight or cache of `graph` (unsharded) found in `tensors` by name, lanes
-    first, every rank's lanes made a copy of rank 0's: the model a mirrored rank 0 computes (mirror_rank)."""
+    """In place: in every laned weight or cache of `graph` found in `tensors` by its source's name, every rank's
+    lanes made a copy of rank 0's: the model a mirrored rank 0 computes (mirror_rank). A Laneformer's laned
+    tensors hold their lanes first; an ordinary decoder cut into lanes (`to_ir(model, gpus=G)`,
+    kogc.ir.lanes) sees its tensors through views, so rank 0's KV heads, query heads and MLP slice are copied
+    over the others' places in the model's own tensors (`lane_places`)."""
     L = graph.meta["num_lanes"]
     if L == 1:
-        raise KogcError(f"--gpus {ranks} --mirror takes a model with lanes (a Laneformer); an ordinary decoder's ranks "
-                        f"are cut from its heads, whose groups cannot be made copies of each other")
+        raise KogcError(f"--gpus {ranks} --mirror: the model has one lane; cut it into lanes first "
+                        f"(to_ir(model, gpus={ranks}))")
     g = L // ranks
     with torch.no_grad():
         for n in graph.nodes:
@@ -49,11 +52,33 @@ def copy_lane_groups(graph: Graph, tensors: dict[str, torch.Tensor], ranks: int)
             if name not in tensors:
                 continue
             t = tensors[name]
-            if n.attrs.get("view") or t.shape[0] != L:
-                raise KogcError(f"{name}: its {L} lanes are not its first dimension ({tuple(t.shape)}): its lane groups "
-                                f"cannot be copied for a mirrored rank")
+            if not n.attrs.get("view"):
+                if t.shape[0] != L:
+                    raise KogcError(f"{name}: its {L} lanes are not its first dimension ({tuple(t.shape)}): its "
+                                    f"lane groups cannot be copied for a mirrored rank")
+                for q in range(1, ranks):
+                    t[q * g:(q + 1) * g] = t[:g]
+                continue
+            if not t.is_contiguous():
+                raise KogcError(f"{name}: not contiguous: its lane groups cannot be copied for a mirrored rank")
+            places = lane_places(tuple(t.shape), n.attrs["view"], name)      # [L, ...] flat indices into t
+            flat = t.view(-1)
             for q in range(1, ranks):
-                t[q * g:(q + 1) * g] = t[:g]
+                flat[places[q * g:(q + 1) * g].reshape(-1)] = flat[places[:g].reshape(-1)]
+
+
+def lane_places(shape: tuple[int, ...], view, name: str) -> torch.Tensor:
+    """Where each element of a laned view ([L, ...], kogc.ir.views) lies in its source tensor of `shape`: the
+    view's steps applied to the source's flat indices (its value steps, a scale or an offset, move nothing)."""
+    from ..ir.views import derive_step
+    places = torch.arange(torch.Size(shape).numel()).reshape(shape)
+    for step in view:
+        if step[0] == "lane_first":
+            raise KogcError(f"{name}: a bias kept on the first lane (added once to the lanes' sum) would be added "
+                            f"by every mirrored peer: --mirror does not take a model with one")
+        if step[0] not in ("scale", "offset"):
+            places = derive_step(places, step)
+    return places
 
 
 def mirror_rank(schedules: list[Schedule], weights: dict[str, torch.Tensor], device: str, interpret: bool,
