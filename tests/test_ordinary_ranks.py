@@ -171,6 +171,22 @@ def test_sweep_of_a_mirrored_rank_of_an_ordinary_decoder(tmp_path, capsys):
     assert row["ok"] and row["mirror_of"] == 2 and row["rel_err_vs_eager"] < 1e-5 and row["same_token_as_eager"]
 
 
+def test_a_mirrored_ordinary_decoders_task_times_name_their_schedule():
+    """A stamps file of `kogc bench --gpus 2 --mirror` of the single-file Llama (its meta) is read with the mirrored
+    rank's schedule, the decoder cut into 2 lanes as kogc.compile cuts it (kogc analyze, kogc predict --bodies)."""
+    import os
+    from conftest import EXAMPLES
+    from kogc.analysis.stamps import schedule_for
+    from kogc.frontend.model_file import build_for_tracing
+    from kogc.scheduler.ranks import build_rank_schedules, exchange_events
+    from kogc.targets import get_target
+    llama = os.path.join(EXAMPLES, "llama.py")
+    s = schedule_for({"mirror_of": 2, "model_file": llama, "config": "tiny"}, num_programs=8)
+    rank0 = build_rank_schedules(to_ir(build_for_tracing(llama, preset="tiny"), gpus=2), 2, get_target("h200"),
+                                 num_programs=8)[0]
+    assert s.ranks == 2 and len(s.tasks) == len(rank0.tasks) and exchange_events(s)
+
+
 def test_the_mirror_refuses_a_bias_kept_on_the_first_lane():
     # GPT-NeoX's output projections keep their biases on the first lane: every mirrored peer would add it again
     from test_layer_norm_families import family

@@ -138,8 +138,8 @@ def schedule_for(meta: dict, model_file: str | None = None, preset: str | None =
     programs = num_programs or meta.get("num_programs")
     if meta.get("mirror_of"):    # rank 0 of G, its peers mirrored: read as one GPU's schedule
         from ..scheduler.ranks import build_rank_schedules, mirrored
-        return mirrored(build_rank_schedules(to_ir(model), meta["mirror_of"], tgt, "parallel", cfg,
-                                             num_programs=programs)[0])
+        G = meta["mirror_of"]           # (an ordinary decoder is cut into G lanes first, as kogc.compile cuts it)
+        return mirrored(build_rank_schedules(to_ir(model, gpus=G), G, tgt, "parallel", cfg, num_programs=programs)[0])
     return build_schedule(to_ir(model), tgt, "parallel", cfg, num_programs=programs)
 
 
