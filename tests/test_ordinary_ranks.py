@@ -171,6 +171,28 @@ def test_sweep_of_a_mirrored_rank_of_an_ordinary_decoder(tmp_path, capsys):
     assert row["ok"] and row["mirror_of"] == 2 and row["rel_err_vs_eager"] < 1e-5 and row["same_token_as_eager"]
 
 
+def test_the_bench_checks_a_mirrored_ordinary_decoder_against_the_model_it_computes():
+    """`kogc bench --gpus G --mirror`'s check of the single-file Llama: with rank 0's KV heads, MLP slice and random
+    cache copied over the other ranks', the mirrored rank's step equals eager's on rank 0's vocabulary shard; with
+    the cache left as drawn it does not (the check can fail)."""
+    import os
+    from conftest import EXAMPLES
+    from kogc.bench.against_eager import check_step, mirror_lane_groups
+    from kogc.frontend.model_file import build_model
+    from kogc.runtime.kernel import fill_kv_from, kv_cache_buffers, randomize_kv
+    model = build_model(os.path.join(EXAMPLES, "llama.py"), preset="tiny", seed=3)
+    ck = kogc.compile(model, gpus=2, one_gpu="mirror", tile_config=ONE_SPLIT)
+    randomize_kv(kv_cache_buffers(ck.ir, model), 6, torch.Generator().manual_seed(3))
+    mirror_lane_groups(model, 2)
+    randomize_kv(kv_cache_buffers(ck.ir, model), 6, torch.Generator().manual_seed(4))     # the cache drawn again
+    fill_kv_from(ck, model)
+    assert not check_step(ck, model, 6, "cpu", mirror_of=2)["ok"]
+    mirror_lane_groups(model, 2)
+    fill_kv_from(ck, model)
+    c = check_step(ck, model, 6, "cpu", mirror_of=2)
+    assert c["ok"] and c["rel_err"] < 1e-5 and c["token"] == c["eager_token"], c
+
+
 def test_a_mirrored_ordinary_decoders_task_times_name_their_schedule():
     """A stamps file of `kogc bench --gpus 2 --mirror` of the single-file Llama (its meta) is read with the mirrored
     rank's schedule, the decoder cut into 2 lanes as kogc.compile cuts it (kogc analyze, kogc predict --bodies)."""
