@@ -52,26 +52,21 @@ def copy_lane_groups(graph: Graph, tensors: dict[str, torch.Tensor], ranks: int)
             if name not in tensors:
                 continue
             t = tensors[name]
-            if not n.attrs.get("view"):
-                if t.shape[0] != L:
-                    raise KogcError(f"{name}: its {L} lanes are not its first dimension ({tuple(t.shape)}): its "
-                                    f"lane groups cannot be copied for a mirrored rank")
-                for q in range(1, ranks):
-                    t[q * g:(q + 1) * g] = t[:g]
-                continue
-            if not t.is_contiguous():
-                raise KogcError(f"{name}: not contiguous: its lane groups cannot be copied for a mirrored rank")
-            places = lane_places(tuple(t.shape), n.attrs["view"], name)      # [L, ...] flat indices into t
+            places = lane_places(t, n.attrs.get("view", []), name)          # flat indices into t
+            if places.shape[0] != L or not t.is_contiguous():
+                raise KogcError(f"{name}: its {L} lanes are not its first dimension ({tuple(t.shape)}) nor a view "
+                                f"of it: its lane groups cannot be copied for a mirrored rank")
             flat = t.view(-1)
             for q in range(1, ranks):
                 flat[places[q * g:(q + 1) * g].reshape(-1)] = flat[places[:g].reshape(-1)]
 
 
-def lane_places(shape: tuple[int, ...], view, name: str) -> torch.Tensor:
-    """Where each element of a laned view ([L, ...], kogc.ir.views) lies in its source tensor of `shape`: the
-    view's steps applied to the source's flat indices (its value steps, a scale or an offset, move nothing)."""
+def lane_places(t: torch.Tensor, view, name: str) -> torch.Tensor:
+    """Where each element of a laned view ([L, ...], kogc.ir.views; a Laneformer's tensor itself, lanes first, where
+    there is no view) lies in its source tensor `t`: the view's steps applied to t's flat indices, on t's device
+    (its value steps, a scale or an offset, move nothing)."""
     from ..ir.views import derive_step
-    places = torch.arange(torch.Size(shape).numel()).reshape(shape)
+    places = torch.arange(t.numel(), device=t.device).reshape(t.shape)
     for step in view:
         if step[0] == "lane_first":
             raise KogcError(f"{name}: a bias kept on the first lane (added once to the lanes' sum) would be added "
