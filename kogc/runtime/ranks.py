@@ -52,7 +52,12 @@ def copy_lane_groups(graph: Graph, tensors: dict[str, torch.Tensor], ranks: int)
             if name not in tensors:
                 continue
             t = tensors[name]
-            places = lane_places(t, n.attrs.get("view", []), name)          # flat indices into t
+            view = n.attrs.get("view", [])
+            if not view and t.shape[0] == L:       # a Laneformer's, lanes first: slices, no index of every element
+                for q in range(1, ranks):
+                    t[q * g:(q + 1) * g] = t[:g]
+                continue
+            places = lane_places(t, view, name)                             # flat indices into t
             if places.shape[0] != L or not t.is_contiguous():
                 raise KogcError(f"{name}: its {L} lanes are not its first dimension ({tuple(t.shape)}) nor a view "
                                 f"of it: its lane groups cannot be copied for a mirrored rank")
@@ -62,9 +67,8 @@ def copy_lane_groups(graph: Graph, tensors: dict[str, torch.Tensor], ranks: int)
 
 
 def lane_places(t: torch.Tensor, view, name: str) -> torch.Tensor:
-    """Where each element of a laned view ([L, ...], kogc.ir.views; a Laneformer's tensor itself, lanes first, where
-    there is no view) lies in its source tensor `t`: the view's steps applied to t's flat indices, on t's device
-    (its value steps, a scale or an offset, move nothing)."""
+    """Where each element of a laned view ([L, ...], kogc.ir.views) lies in its source tensor `t`: the view's steps
+    applied to t's flat indices, on t's device (its value steps, a scale or an offset, move nothing)."""
     from ..ir.views import derive_step
     places = torch.arange(t.numel(), device=t.device).reshape(t.shape)
     for step in view:
