@@ -11,13 +11,17 @@
 #   bash experiments/context_sweeps.sh models-g8      # laneformer-0.5b's and 7b's rank 0 of 8 mirrored, defaults (about 3)
 #   bash experiments/context_sweeps.sh profiles-g8    # the same ranks' detail profiles at 1024, bodies for `kogc predict
 #                                                     # --bodies` (about 7)
+#   bash experiments/context_sweeps.sh ordinary-g8    # Llama-3.2-1B's and Qwen3-0.6B's shapes cut into 8 lanes, rank 0
+#                                                     # mirrored: one GPU's share of an 8-GPU step and its detail
+#                                                     # profile (bodies at their widths; not yet run)
 #
 # Each sweep writes NAME.log (with its exit code) and NAME.json under OUT; OUT/commands.txt lists what ran.
 set -u
-WHAT=${1:?usage: context_sweeps.sh placement|placement-fp8|splits|splits-g8|models-g8|profiles-g8}
+WHAT=${1:?usage: context_sweeps.sh placement|placement-fp8|splits|splits-g8|models-g8|profiles-g8|ordinary-g8}
 : "${OUT:?set OUT to the folder the results go to}"
-case $WHAT in placement|placement-fp8|splits|splits-g8|models-g8|profiles-g8) ;; *)
-    echo "what must be placement, placement-fp8, splits, splits-g8, models-g8 or profiles-g8, not $WHAT" >&2; exit 2 ;; esac
+case $WHAT in placement|placement-fp8|splits|splits-g8|models-g8|profiles-g8|ordinary-g8) ;; *)
+    echo "what must be placement, placement-fp8, splits, splits-g8, models-g8, profiles-g8 or ordinary-g8, not $WHAT" >&2
+    exit 2 ;; esac
 export PYTHONPATH=${PYTHONPATH:-$PWD} CUDA_MODULE_LOADING=EAGER PYTHONUNBUFFERED=1
 SPLITS='[{}, {"attn_splits": 32}, {"attn_combine_width": 128, "attn_splits": 64}]'
 
@@ -57,5 +61,13 @@ profiles-g8)
         step "profile-$p-g8" "$([ $p = 7b ] && echo 330 || echo 150)" python3 -m kogc bench --config "laneformer-$p" \
             --gpus 8 --mirror --context 1024 --steps 30 --reps 3 --baselines '' --profile detail \
             --task-times "$OUT/task-times-$p-g8-detail.npz" --json "$OUT/profile-$p-g8.json"
+    done ;;
+ordinary-g8)
+    # an ordinary decoder's tensor-parallel rank where HBM idles (docs/multi-gpu.md, ordinary decoders): checked
+    # against eager on the model with rank 0's heads and MLP slice copied, timed beside the one-GPU kernel
+    for c in llama-3.2-1b qwen3-0.6b; do
+        step "profile-$c-g8" 240 python3 -m kogc bench examples/llama.py --config "$c" --max-len 2048 --gpus 8 \
+            --mirror --context 1024 --steps 30 --reps 3 --profile detail \
+            --task-times "$OUT/task-times-$c-g8-detail.npz" --json "$OUT/profile-$c-g8.json"
     done ;;
 esac
