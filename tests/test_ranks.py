@@ -272,6 +272,31 @@ def test_two_ranks_of_an_fp16_model_sample_the_one_gpu_kernels_tokens(monkeypatc
         assert not k.buffers.F32[hist:hist + 2 * HIST_WORDS].any(), "counts or key ranges left for the next launch"
 
 
+def test_four_ranks_of_an_fp16_model_count_as_many_chunks_each_and_sample_the_one_gpu_kernels_tokens(monkeypatch):
+    """A middle rank's shard cuts its peers' ids in two ranges, more chunks than an end rank's one range (256 ids
+    over 4 ranks in chunks of 48: 5 against 4); the ranks must run the same tasks, so an end rank halves its widest
+    chunk (it had been refused). Every rank's chunks cover its peers' ids once, and the draw with top-k and top-p
+    over 4 ranks is the one-GPU kernel's (interpreter)."""
+    from kogc.scheduler.tasks import A_H, A_X
+    from kogc.scheduler.tile import peer_chunks
+    monkeypatch.setattr("kogc.scheduler.tile.COUNT_CHUNK", 48)
+    V, G = 256, 4
+    for r in range(G):
+        row0, rows = vocab_shard(V, G, r)
+        chunks = peer_chunks(V, (row0, row0 + rows), G)
+        assert len(chunks) == 5 and max(c1 - c0 for c0, c1 in chunks) <= 48
+        peers = [i for i in range(V) if not row0 <= i < row0 + rows]
+        assert sorted(i for c0, c1 in chunks for i in range(c0, c1)) == peers
+    model = tiny(seed=4, vocab_size=V, num_hidden_layers=1, num_lanes=4, dtype=torch.float16)
+    single, ranked = kogc.compile(model), kogc.compile(model, gpus=G, one_gpu=True)
+    for s in ranked.schedules:
+        assert sorted((t.args[A_X], t.args[A_H]) for t in s.tasks if t.kind == "count") == \
+            sorted((c0, c1 - c0) for c0, c1 in peer_chunks(V, (s.graph.meta["vocab_row0"],
+                                                                s.graph.meta["vocab_row0"] + V // G), G))
+    kw = dict(temperature=1.0, seed=9, top_k=5, top_p=0.5)
+    assert ranked.generate([5], 2, **kw) == single.generate([5], 2, **kw)
+
+
 def test_a_ranks_count_tasks_cover_its_peers_shards_and_feed_its_draw():
     """An fp16 model's rank counts its peers' logits in count tasks of at most COUNT_CHUNK ids each: together
     every id outside its own shard once, each reading both step parities of its whole logits (fp16 as stored; so

@@ -257,7 +257,7 @@ def tile_rank(graph: Graph, ops: list[FusedOp], cfg: TileConfig) -> tuple[list[T
                 reads = [lay.region(own, -1, 0, 2), Region("f32", roff, roff + rsize)]
                 if es == 2:     # 16-bit logits: the peers' shards counted per key for top-k / top-p, on several programs
                     row0 = graph.meta.get("vocab_row0", 0)
-                    reads.append(_count_peer_shards(op, new, whole, vocab, (row0, row0 + logits),
+                    reads.append(_count_peer_shards(op, new, whole, vocab, (row0, row0 + logits), npeer + 1,
                                                     lay.at(f"{p['logits']}.hist", -1)))
                 new(("argmax", next_pow2(min(2048, vocab)) if vocab < 2048 else 2048, "ranked"), op, -1, args,
                     reads, [Region("out", 0, 1)], cost=8 * (npeer + 1))
@@ -504,22 +504,41 @@ KEYSEND_BLOCK = 4096    # the keysend's block of its shard's logits copied to th
 COUNT_CHUNK = 4096      # a peer's logits counted a task: about 28 tasks for laneformer-2b's peers' shards on 8 GPUs
 
 
-def _count_peer_shards(op: FusedOp, new, whole: int, vocab: int, own: tuple[int, int], hist: int) -> Region:
+def _count_peer_shards(op: FusedOp, new, whole: int, vocab: int, own: tuple[int, int], ranks: int,
+                       hist: int) -> Region:
     """A rank's count tasks: its peers' logits, as they arrive in its whole logits (`whole`, [2 step parities]
     [vocab] 16-bit values from f32 word `whole` on), counted per 16-bit key into the argmax's counts in chunks of
-    COUNT_CHUNK ids, spread over programs (its own shard's its LM head counts). Each reads its chunk of both
-    parities (so it waits for the peers' sends and for this rank's keysend, after this rank's previous token: the
-    previous draw cleared the counts) and writes the counts; the argmax reads them (the region returned)."""
+    at most COUNT_CHUNK ids (`peer_chunks`), spread over programs (its own shard's its LM head counts). Each reads
+    its chunk of both parities (so it waits for the peers' sends and for this rank's keysend, after this rank's
+    previous token: the previous draw cleared the counts) and writes the counts; the argmax reads them (the region
+    returned)."""
     cop = FusedOp("count", f"{op.node}.count", 0, {}, op.source, op.layer)
     counts = Region("f32", hist, hist + 2 * HIST_WORDS)
-    chunks = [(c, min(c + COUNT_CHUNK, hi)) for lo, hi in ((0, own[0]), (own[1], vocab))
-              for c in range(lo, hi, COUNT_CHUNK)]
-    for k, (c0, c1) in enumerate(chunks):
+    for k, (c0, c1) in enumerate(peer_chunks(vocab, own, ranks)):
         args = _args({A_TERM: whole, A_TERM_STRIDE: vocab, A_X: c0, A_H: c1 - c0, A_HIST: hist, A_SLOT: k})
         new(("count", min(1024, next_pow2(COUNT_CHUNK))), cop, -1, args,
             [Region("f32", whole + (p * vocab + c0) // 2, whole + (p * vocab + c1 + 1) // 2) for p in (0, 1)], [counts],
             cost=4 * (c1 - c0))
     return counts
+
+
+def peer_chunks(vocab: int, own: tuple[int, int], ranks: int) -> list[tuple[int, int]]:
+    """The ids outside this rank's shard `own`, in chunks of at most COUNT_CHUNK, as many on every rank: the ranks
+    must run the same tasks, and a shard in the middle cuts the ids around it into more chunks than one at an end
+    (Qwen3's vocabulary of 151,936 over 4 ranks: 29 against 28). A rank with fewer has its widest chunks halved."""
+    from ..ir.shard import vocab_shard
+
+    def chunks(lo: int, hi: int) -> list[tuple[int, int]]:
+        return [(c, min(c + COUNT_CHUNK, end)) for start, end in ((0, lo), (hi, vocab))
+                for c in range(start, end, COUNT_CHUNK)]
+    spans = [vocab_shard(vocab, ranks, r) for r in range(ranks)]
+    most = max(len(chunks(lo, lo + n)) for lo, n in spans)
+    out = chunks(*own)
+    while len(out) < most:
+        i = max(range(len(out)), key=lambda j: out[j][1] - out[j][0])
+        c0, c1 = out[i]
+        out[i:i + 1] = [(c0, (c0 + c1) // 2), ((c0 + c1) // 2, c1)]
+    return out
 
 
 def _pow2_block(d: int, cap: int) -> int:
