@@ -149,6 +149,22 @@ def test_sweep_of_a_mirrored_rank_under_the_interpreter(tmp_path, capsys):
     assert all(r["same_token_as_eager"] for r in rows)
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="interpreter in-process: CPU only")
+def test_under_the_interpreter_a_mirrored_rank_runs_one_step_a_launch(capsys):
+    """Its queue is cut before each wait on its peers and the interpreter runs a launch's programs one after
+    another: a launch of several steps is refused in one line (it had waited until the watchdog), one step runs."""
+    from kogc.cli import main
+    from test_sweep import MICRO
+    ck = kogc.compile(tiny(seed=2, **L8, num_hidden_layers=1), gpus=2, one_gpu="mirror", tile_config=ONE_SPLIT)
+    assert len(ck.generate([1], 1)) == 1
+    with pytest.raises(KogcError, match="a launch of 3 steps needs one queue"):
+        ck.generate([1], 3)
+    assert main(["sweep", MICRO, "--config", "micro", "--lanes", "2", "--gpus", "2", "--mirror", "--interpret",
+                 "--context", "5", "--steps", "2", "--reps", "1", "--variants", "[{}]"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "give --steps 1" in err[0], err
+
+
 @pytest.mark.parametrize("argv", [["sweep", "--gpus", "2"], ["sweep", "--mirror"], ["bench", "--mirror"],
                                   ["bench", "--gpus", "2", "--mirror", "--one-gpu"]])
 def test_mirror_options_that_do_not_go_together_are_refused(argv, capsys):

@@ -99,6 +99,9 @@ def run_sweep(model_file: str, preset: str | None, variants: str, contexts: list
         raise KogcError(f"--out {out_dir}: only a profiled variant ({{\"profile\": true}}) writes there, and no variant "
                         f"asks for one; the rows go to --json FILE")
     check_timing(contexts, steps, reps)
+    if mirror_of and interpret and steps > 1:     # (each row times a launch of `steps` steps: kernel.launch)
+        raise KogcError(f"--steps {steps}: under the interpreter a mirrored rank runs one step a launch (its queue "
+                        f"is cut before each wait on its peers): give --steps 1")
     device = "cpu" if interpret else "cuda"
     warmup = 0 if interpret else 3
     model = build_model(model_file, preset=preset, checkpoint=checkpoint, seed=seed, **(overrides or {}))

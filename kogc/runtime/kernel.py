@@ -86,6 +86,11 @@ class CompiledKernel:
         grid, view: a launch of part of the queues (kogc.runtime.ranks: one segment under the
         interpreter) with the tensor arguments `view` gives for it, and `epoch0` the step's epoch (the
         counters do not advance: the caller advances them once per step)."""
+        if self.interpret and nsteps > 1 and len(self.schedule.queues) > 1:
+            # (program 0 would run all its steps before program 1 ran its first, and wait on it at a step's end)
+            raise KogcError(f"under Triton's interpreter a launch's programs run one after another, so a launch of "
+                            f"{nsteps} steps needs one queue, and this schedule has {len(self.schedule.queues)} (a "
+                            f"mirrored rank's, cut before each wait on its peers): launch one step at a time")
         if epoch0 is None:
             epoch0 = self.epoch + 1
             self.epoch += nsteps
