@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from ..ir.executor import alibi_table_offsets, rope_table_offsets
 from ..ir.graph import Graph, Op
+from ..ir.shard import vocab_shard
 from .config import ESIZE, TileConfig, attention_splits, last_split_combines, tile_rows, with_placement
 from .errors import SchedulerError
 from .fuse import (ALL, ATTN_COMBINE, GATED_KINDS, LAYERNORM, OTHERS, OWN, PLAIN, RESIDUAL, RMSNORM, ROPE_CACHE, ROPE_STORE,
@@ -526,8 +527,6 @@ def peer_chunks(vocab: int, own: tuple[int, int], ranks: int) -> list[tuple[int,
     """The ids outside this rank's shard `own`, in chunks of at most COUNT_CHUNK, as many on every rank: the ranks
     must run the same tasks, and a shard in the middle cuts the ids around it into more chunks than one at an end
     (Qwen3's vocabulary of 151,936 over 4 ranks: 29 against 28). A rank with fewer has its widest chunks halved."""
-    from ..ir.shard import vocab_shard
-
     def chunks(lo: int, hi: int) -> list[tuple[int, int]]:
         return [(c, min(c + COUNT_CHUNK, end)) for start, end in ((0, lo), (hi, vocab))
                 for c in range(start, end, COUNT_CHUNK)]
